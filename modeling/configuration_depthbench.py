@@ -1,0 +1,144 @@
+"""Configuration shared by every depthbench architecture.
+
+This file ships to the Hugging Face Hub as remote code: it imports only the standard library and transformers.
+Each architecture subclasses :class:`DepthBenchConfig` in its own ``modeling_<id>.py`` file, adds only its own
+fields (prefixed with the architecture id) and extends :meth:`DepthBenchConfig.validate` for them.
+
+Field names follow ``transformers.LlamaConfig`` wherever the meaning is the same, so tools that read a Llama
+``config.json`` (lm-eval, vLLM-style loaders, parameter counters) work unchanged.
+"""
+
+from transformers import PretrainedConfig
+
+NORM_TYPES = ("rmsnorm", "layernorm")
+
+
+class DepthBenchConfig(PretrainedConfig):
+    """Llama-style decoder backbone configuration (the study's reference backbone).
+
+    Defaults are the study's 400M base shape (L=24, d=1024, 16 heads of 64, SwiGLU width 2736, vocab 50280,
+    RoPE theta 10000, RMSNorm eps 1e-6, untied embeddings, truncated-normal init with std 0.02).
+
+    Args:
+        vocab_size: Vocabulary size.
+        hidden_size: Residual width d.
+        intermediate_size: SwiGLU inner width f.
+        num_hidden_layers: Number of transformer blocks L (each has an attention and an MLP sublayer).
+        num_attention_heads: Query heads H.
+        num_key_value_heads: Key/value heads (GQA); defaults to ``num_attention_heads`` (MHA).
+        head_dim: Per-head width; defaults to ``hidden_size // num_attention_heads``. Must be even (RoPE).
+        max_position_embeddings: Longest sequence the model is trained for (lm-eval reads it as max length).
+        rms_norm_eps: Epsilon of every norm.
+        rope_theta: RoPE base.
+        initializer_range: Std of the truncated-normal init (cut at 3 std).
+        tie_word_embeddings: Tie ``lm_head`` to ``embed_tokens`` (the study does not).
+        norm_type: ``"rmsnorm"`` (default) or ``"layernorm"`` (mean-centred, gain only, no bias).
+        hidden_act: MLP activation (``"silu"`` gives SwiGLU).
+        attention_dropout: Attention-probability dropout (0 in the study).
+        use_cache: Return a KV cache from ``forward`` in eval mode.
+    """
+
+    model_type = "depthbench"
+    _auto_class = "AutoConfig"  # save_pretrained copies the defining file and writes auto_map (remote code)
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]
+
+    def __init_subclass__(cls, **kwargs):
+        # transformers 5.x turns a config subclass without its own __init__ into a dataclass whose generated
+        # __init__ bypasses ours (defaults and validation would be skipped). Give such subclasses a pass-through.
+        if "__init__" not in cls.__dict__:
+
+            def __init__(self, **init_kwargs):
+                super(cls, self).__init__(**init_kwargs)
+
+            cls.__init__ = __init__
+        super().__init_subclass__(**kwargs)
+
+    def __init__(
+        self,
+        vocab_size: int = 50280,
+        hidden_size: int = 1024,
+        intermediate_size: int = 2736,
+        num_hidden_layers: int = 24,
+        num_attention_heads: int = 16,
+        num_key_value_heads: int | None = None,
+        head_dim: int | None = None,
+        max_position_embeddings: int = 2048,
+        rms_norm_eps: float = 1e-6,
+        rope_theta: float = 10000.0,
+        initializer_range: float = 0.02,
+        tie_word_embeddings: bool = False,
+        norm_type: str = "rmsnorm",
+        hidden_act: str = "silu",
+        attention_dropout: float = 0.0,
+        use_cache: bool = True,
+        pad_token_id: int | None = None,
+        bos_token_id: int | None = None,
+        eos_token_id: int | list[int] | None = None,
+        **kwargs,
+    ):
+        rope_parameters = kwargs.pop("rope_parameters", None)
+        if isinstance(rope_parameters, dict) and "rope_theta" in rope_parameters:  # a Llama-v5 style config
+            rope_theta = rope_parameters["rope_theta"]
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.intermediate_size = intermediate_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.num_key_value_heads = num_attention_heads if num_key_value_heads is None else num_key_value_heads
+        if head_dim is None and isinstance(hidden_size, int) and isinstance(num_attention_heads, int):
+            head_dim = hidden_size // max(num_attention_heads, 1)
+        self.head_dim = head_dim
+        self.max_position_embeddings = max_position_embeddings
+        self.rms_norm_eps = rms_norm_eps
+        self.rope_theta = rope_theta
+        self.initializer_range = initializer_range
+        self.tie_word_embeddings = tie_word_embeddings
+        self.norm_type = norm_type
+        self.hidden_act = hidden_act
+        self.attention_dropout = attention_dropout
+        self.attention_bias = False
+        self.mlp_bias = False
+        self.use_cache = use_cache
+        super().__init__(**kwargs)
+        # Token ids are set after the base __init__, which does not declare them as fields in transformers 5.x.
+        self.pad_token_id = pad_token_id
+        self.bos_token_id = bos_token_id
+        self.eos_token_id = eos_token_id
+        self.validate()
+
+    # ------------------------------------------------------------------------------------------------ validation
+    @staticmethod
+    def _check(ok: bool, field: str, value, allowed: str) -> None:
+        if not ok:
+            raise ValueError(f"{field}={value!r} is not allowed: {field} must be {allowed}.")
+
+    def _check_positive_int(self, field: str, minimum: int = 1) -> None:
+        value = getattr(self, field)
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+        self._check(ok, field, value, f"an integer >= {minimum}")
+
+    def validate(self) -> None:
+        """Check every field; raise ``ValueError`` naming the field and the allowed values.
+
+        Subclasses extend this for their own fields and call ``super().validate()`` first.
+        """
+        for field in ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads",
+                      "num_key_value_heads", "head_dim", "max_position_embeddings"):
+            self._check_positive_int(field)
+        self._check_positive_int("num_hidden_layers", minimum=1)
+        self._check(self.head_dim % 2 == 0, "head_dim", self.head_dim, "even (rotary embeddings rotate pairs)")
+        self._check(self.num_attention_heads % self.num_key_value_heads == 0, "num_key_value_heads",
+                    self.num_key_value_heads, f"a divisor of num_attention_heads={self.num_attention_heads}")
+        self._check(self.norm_type in NORM_TYPES, "norm_type", self.norm_type, f"one of {list(NORM_TYPES)}")
+        self._check(isinstance(self.rms_norm_eps, (int, float)) and self.rms_norm_eps > 0, "rms_norm_eps",
+                    self.rms_norm_eps, "a positive number")
+        self._check(isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0, "rope_theta",
+                    self.rope_theta, "a positive number")
+        self._check(isinstance(self.initializer_range, (int, float)) and self.initializer_range > 0,
+                    "initializer_range", self.initializer_range, "a positive number")
+        self._check(0.0 <= self.attention_dropout < 1.0, "attention_dropout", self.attention_dropout, "in [0, 1)")
+
+    @property
+    def num_sublayers(self) -> int:
+        """Residual sublayers (attention and MLP counted separately): ``2 * num_hidden_layers``."""
+        return 2 * self.num_hidden_layers

@@ -1,0 +1,569 @@
+"""The shared depthbench backbone: a Llama-style decoder whose residual wiring is pluggable.
+
+This file ships to the Hugging Face Hub as remote code: it imports only torch, transformers and its sibling files.
+
+Everything except the residual wiring is shared by every architecture: token embedding, RoPE attention (eager /
+SDPA / any registered attention backend), SwiGLU MLP, the norms, the LM head, the KV cache, the loss and the
+Hugging Face plumbing. Parameter names are exactly those of ``transformers.LlamaForCausalLM`` (``model.embed_tokens``,
+``model.layers.N.self_attn.q_proj``, ``model.layers.N.input_layernorm``, ``model.norm``, ``lm_head`` ...), so a
+``pre_ln`` checkpoint is a valid Llama checkpoint and shared weights transfer by name between architectures.
+
+An architecture supplies one :class:`Wiring` subclass (model level) that builds one :class:`Residual` module per
+sublayer. The residual module answers the only question the architectures disagree on::
+
+    stream = residual(stream, norm, branch)    # Pre-LN: stream + branch(norm(stream))
+
+where ``stream`` is whatever the architecture carries between sublayers (a tensor for Pre-LN, n streams for
+hyper-connections, a bank of depth sources for attention residuals), ``norm`` is the sublayer's own norm
+(``input_layernorm`` / ``post_attention_layernorm``) and ``branch`` is the attention or MLP. The wiring also says how
+the embedding enters the stream (:meth:`Wiring.enter`), how the stream becomes the final hidden state
+(:meth:`Wiring.exit`), and what the analysis tools observe (:meth:`Wiring.readout`, :meth:`Wiring.depth_state`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as hf_init
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.masking_utils import create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import can_return_tuple
+
+from .configuration_depthbench import DepthBenchConfig
+
+# transformers 5.24 renamed the cache keyword/field `past_key_values` -> `cache`; support both 5.23 and 5.24.
+_CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+# ================================================================================================ backbone pieces
+class RMSNorm(nn.Module):
+    """RMSNorm with a learnable gain (init 1), computed in fp32 and cast back (as Llama and OLMo-core)."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        input_dtype = hidden_states.dtype
+        x = hidden_states.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        return self.weight * x.to(input_dtype)
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
+
+
+class LayerNorm(nn.Module):
+    """Mean-centred LayerNorm with a learnable gain and no bias (DeepNorm's norm in the study), fp32 compute."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        input_dtype = hidden_states.dtype
+        x = F.layer_norm(hidden_states.float(), (hidden_states.shape[-1],), eps=self.variance_epsilon)
+        return self.weight * x.to(input_dtype)
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
+
+
+NORM_CLASSES = {"rmsnorm": RMSNorm, "layernorm": LayerNorm}
+
+
+def make_norm(config: DepthBenchConfig, hidden_size: int | None = None) -> nn.Module:
+    """The norm named by ``config.norm_type`` over ``hidden_size`` (default ``config.hidden_size``)."""
+    return NORM_CLASSES[config.norm_type](hidden_size or config.hidden_size, eps=config.rms_norm_eps)
+
+
+def rope_inv_freq(config: DepthBenchConfig) -> torch.Tensor:
+    """Inverse RoPE frequencies ``theta^(-2i/head_dim)`` for i in [0, head_dim/2)."""
+    dim = config.head_dim
+    return 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotate-half RoPE. ``inv_freq`` is a non-persistent buffer, recomputed in ``_init_weights`` after loading."""
+
+    def __init__(self, config: DepthBenchConfig):
+        super().__init__()
+        self.config = config
+        self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)  # [B,T,hd/2]
+        emb = torch.cat((freqs, freqs), dim=-1)  # [B,T,hd]
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin):
+    """Apply RoPE to q, k of shape [B, H, T, hd] with cos/sin of shape [B, T, hd]."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """[B, H_kv, T, hd] -> [B, H_kv * n_rep, T, hd] (GQA)."""
+    if n_rep == 1:
+        return hidden_states
+    b, h, t, d = hidden_states.shape
+    return hidden_states[:, :, None].expand(b, h, n_rep, t, d).reshape(b, h * n_rep, t, d)
+
+
+def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """Reference attention: softmax(q k^T * scaling + mask) v, softmax in fp32. Returns ([B,T,H,hd], weights)."""
+    key = repeat_kv(key, module.num_key_value_groups)
+    value = repeat_kv(value, module.num_key_value_groups)
+    weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        weights = weights + attention_mask
+    weights = F.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+
+
+class Attention(nn.Module):
+    """Causal multi-head (GQA-capable) self-attention with RoPE, no biases, softmax scale 1/sqrt(head_dim)."""
+
+    def __init__(self, config: DepthBenchConfig, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.head_dim = config.head_dim
+        self.num_heads = config.num_attention_heads
+        self.num_key_value_heads = config.num_key_value_heads
+        self.num_key_value_groups = self.num_heads // self.num_key_value_heads
+        self.scaling = self.head_dim**-0.5
+        self.attention_dropout = config.attention_dropout
+        self.is_causal = True
+        d = config.hidden_size
+        self.q_proj = nn.Linear(d, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(d, self.num_key_value_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(d, self.num_key_value_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, d, bias=False)
+
+    def project_qkv(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q [B,H,T,hd], k and v [B,H_kv,T,hd], before RoPE."""
+        b, t, _ = hidden_states.shape
+        q = self.q_proj(hidden_states).view(b, t, -1, self.head_dim).transpose(1, 2)
+        k = self.k_proj(hidden_states).view(b, t, -1, self.head_dim).transpose(1, 2)
+        v = self.v_proj(hidden_states).view(b, t, -1, self.head_dim).transpose(1, 2)
+        return q, k, v
+
+    def forward(self, hidden_states, position_embeddings, attention_mask=None, cache: Cache | None = None, **kwargs):
+        b, t, _ = hidden_states.shape
+        q, k, v = self.project_qkv(hidden_states)
+        q, k = apply_rotary_pos_emb(q, k, *position_embeddings)
+        if cache is not None:
+            k, v = cache.update(k, v, self.layer_idx)
+        attention_fn = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+        out, weights = attention_fn(
+            self, q, k, v, attention_mask,
+            scaling=self.scaling, dropout=self.attention_dropout if self.training else 0.0, **kwargs,
+        )
+        return self.o_proj(out.reshape(b, t, -1)), weights
+
+
+class MLP(nn.Module):
+    """SwiGLU: ``down_proj(silu(gate_proj(x)) * up_proj(x))``, no biases."""
+
+    def __init__(self, config: DepthBenchConfig):
+        super().__init__()
+        d, f = config.hidden_size, config.intermediate_size
+        self.gate_proj = nn.Linear(d, f, bias=False)
+        self.up_proj = nn.Linear(d, f, bias=False)
+        self.down_proj = nn.Linear(f, d, bias=False)
+        self.act_fn = nn.SiLU() if config.hidden_act == "silu" else nn.GELU(approximate="tanh")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+# ================================================================================================ residual wiring
+class Residual(nn.Module):
+    """Residual wiring of one sublayer. This base class is Pre-LN (Xiong et al. 2020, arXiv 2002.04745)::
+
+        x <- x + F(N(x))
+
+    Subclasses override :meth:`forward` (and may own parameters, which they initialise in
+    :meth:`reset_parameters`, called from the model's ``_init_weights`` so Hugging Face loading never leaves them
+    uninitialised). ``index`` is the global sublayer index: ``2*l`` for block l's attention, ``2*l+1`` for its MLP.
+    """
+
+    def __init__(self, config: DepthBenchConfig, index: int):
+        super().__init__()
+        self.index = index
+        self.layer_idx = index // 2
+        self.is_attention = index % 2 == 0
+
+    def forward(self, stream, norm: nn.Module, branch: Callable[..., torch.Tensor]):
+        return stream + branch(norm(stream))
+
+    def reset_parameters(self, config: DepthBenchConfig) -> None:
+        """Initialise this module's own parameters/buffers with ``transformers.initialization`` functions."""
+
+    def extra_repr(self) -> str:
+        return f"index={self.index}"
+
+
+class Wiring(nn.Module):
+    """Model-level residual wiring: builds the per-sublayer :class:`Residual` modules and owns whatever sits
+    before the first block and after the last one. This base class is Pre-LN.
+
+    Subclasses set :attr:`residual_class` (or override :meth:`make_residual`) and override the hooks below.
+    Model-level parameters of an architecture (for example a final depth-mixing query) live on the wiring and
+    appear as ``model.wiring.<name>`` in the state dict.
+    """
+
+    residual_class: type[Residual] = Residual
+    #: Short family name used by analysis tools ("residual", "hyper_connections", "attnres", ...).
+    family = "residual"
+
+    def __init__(self, config: DepthBenchConfig):
+        super().__init__()
+        self.config = config
+
+    def make_residual(self, config: DepthBenchConfig, index: int) -> nn.Module:
+        return self.residual_class(config, index)
+
+    def make_attention(self, config: DepthBenchConfig, layer_idx: int) -> nn.Module:
+        return Attention(config, layer_idx)
+
+    def configure_init(self, model: "DepthBenchModel") -> None:
+        """Annotate backbone modules with architecture-specific init std (``module.init_std = ...``).
+
+        Called once in ``DepthBenchModel.__init__`` (before ``post_init``); ``_init_weights`` reads ``init_std``.
+        """
+
+    # -------------------------------------------------------------------------------------------- stream hooks
+    def enter(self, embeddings: torch.Tensor):
+        """Embedding output [B,T,d] -> the stream entering block 0."""
+        return embeddings
+
+    def exit(self, stream, final_norm: nn.Module) -> torch.Tensor:
+        """Stream after the last block -> final hidden state [B,T,d] that ``lm_head`` reads."""
+        return final_norm(stream)
+
+    def readout(self, stream) -> torch.Tensor:
+        """Stream -> [B,T,d] pre-final-norm state (``output_hidden_states`` and the logit lens)."""
+        return stream
+
+    def depth_state(self, stream, next_layer: "DecoderLayer | None") -> torch.Tensor:
+        """Stream after a block -> the per-token state z the analysis metrics read ([B,T,D]).
+
+        ``next_layer`` is the block that will consume this stream (``None`` after the last block); architectures
+        whose state is defined by what the next consumer reads (attention residuals) use it.
+        """
+        return stream
+
+    def skip_layer(self, layer: "DecoderLayer", stream):
+        """What a skipped block (``skip_block`` intervention) returns: by default its input, unchanged."""
+        return stream
+
+    def swap_pairs(self, model: "DepthBenchModel", i: int, j: int) -> list[tuple[nn.Module, nn.Module]]:
+        """Module pairs whose same-named, same-shaped tensors ``swap_blocks(i, j)`` exchanges."""
+        return [(model.layers[i], model.layers[j])]
+
+
+class DecoderLayer(GradientCheckpointingLayer):
+    """One transformer block: attention and MLP sublayers, each wrapped by its residual module."""
+
+    def __init__(self, config: DepthBenchConfig, layer_idx: int, wiring: Wiring):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.self_attn = wiring.make_attention(config, layer_idx)
+        self.mlp = MLP(config)
+        self.input_layernorm = make_norm(config)
+        self.post_attention_layernorm = make_norm(config)
+        self.attn_residual = wiring.make_residual(config, 2 * layer_idx)
+        self.mlp_residual = wiring.make_residual(config, 2 * layer_idx + 1)
+        # Not modules: the shared wiring is owned by the model; a plain attribute keeps it out of this layer's
+        # parameters and state dict.
+        self.__dict__["wiring"] = wiring
+        self.skipped = False
+
+    def forward(self, stream, attention_mask=None, position_embeddings=None, cache=None, **kwargs):
+        if self.skipped:
+            return self.wiring.skip_layer(self, stream)
+
+        def attention(x, **extra):
+            return self.self_attn(x, position_embeddings, attention_mask, cache=cache, **kwargs, **extra)[0]
+
+        stream = self.attn_residual(stream, self.input_layernorm, attention)
+        stream = self.mlp_residual(stream, self.post_attention_layernorm, self.mlp)
+        return stream
+
+
+# ================================================================================================ HF models
+class DepthBenchPreTrainedModel(PreTrainedModel):
+    config_class = DepthBenchConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["DecoderLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = False
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """Truncated-normal (cut at 3 std) linears and embeddings, unit norm gains, recomputed RoPE frequencies,
+        and each residual module's own init. Uses the guarded ``transformers.initialization`` functions, so
+        tensors loaded from a checkpoint are never overwritten."""
+        std = getattr(module, "init_std", None) or self.config.initializer_range
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            hf_init.trunc_normal_(module.weight, mean=0.0, std=std, a=-3 * std, b=3 * std)
+            if getattr(module, "bias", None) is not None:
+                hf_init.zeros_(module.bias)
+        elif isinstance(module, (RMSNorm, LayerNorm)):
+            hf_init.ones_(module.weight)
+        elif isinstance(module, RotaryEmbedding):
+            hf_init.copy_(module.inv_freq, rope_inv_freq(module.config).to(module.inv_freq.device))
+        if isinstance(module, (Residual, Wiring)):
+            module.reset_parameters(self.config)
+
+    # ------------------------------------------------------------------------------------ analysis interventions
+    def _base(self) -> "DepthBenchModel":
+        return getattr(self, self.base_model_prefix, self)
+
+    @contextlib.contextmanager
+    def skip_block(self, index: int) -> Iterator[None]:
+        """Context manager: block ``index`` contributes nothing (the architecture's ``skip_layer`` rule)."""
+        base = self._base()
+        layer = base.layers[_check_block_index(index, len(base.layers))]
+        previous = layer.skipped
+        layer.skipped = True
+        try:
+            yield
+        finally:
+            layer.skipped = previous
+
+    @contextlib.contextmanager
+    def swap_blocks(self, i: int, j: int) -> Iterator[None]:
+        """Context manager: exchange all same-named, same-shaped parameters and buffers of blocks i and j
+        (plus any module pairs the wiring adds); the model is restored exactly on exit."""
+        base = self._base()
+        n = len(base.layers)
+        i, j = _check_block_index(i, n), _check_block_index(j, n)
+        pairs = base.wiring.swap_pairs(base, i, j) if i != j else []
+        _swap_tensors(pairs)
+        try:
+            yield
+        finally:
+            _swap_tensors(pairs)
+
+    @torch.no_grad()
+    def depth_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """Per-token states z_0..z_L (z_0 = input to block 0, z_{l+1} = output of block l) as the analysis metrics
+        define them for this architecture's family; each is [B, T, D] (D = n*d for multi-stream models)."""
+        base = self._base()
+        states: list[torch.Tensor] = []
+        base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, _depth_states=states)
+        return states
+
+
+def _class_path(cls: type) -> str:
+    """``module_file.ClassName`` as written in ``auto_map`` (works for installed and remote-code modules)."""
+    return f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"
+
+
+def _check_block_index(index: int, num_layers: int) -> int:
+    if not isinstance(index, int) or not -num_layers <= index < num_layers:
+        raise IndexError(f"block index {index!r} is out of range: the model has {num_layers} blocks (0..{num_layers - 1})")
+    return index % num_layers
+
+
+@torch.no_grad()
+def _swap_tensors(pairs: list[tuple[nn.Module, nn.Module]]) -> None:
+    for a, b in pairs:
+        tensors_b = dict(b.named_parameters())
+        tensors_b.update(dict(b.named_buffers()))
+        tensors_a = list(a.named_parameters()) + list(a.named_buffers())
+        for name, ta in tensors_a:
+            tb = tensors_b.get(name)
+            if tb is not None and tb.shape == ta.shape and tb is not ta:
+                tmp = ta.detach().clone()
+                ta.copy_(tb)
+                tb.copy_(tmp)
+
+
+class DepthBenchModel(DepthBenchPreTrainedModel):
+    """The decoder without the LM head. Architectures subclass it and set :attr:`wiring_class`."""
+
+    _auto_class = "AutoModel"  # save_pretrained copies the modeling files (remote code) and writes auto_map
+
+    wiring_class: type[Wiring] = Wiring
+    layer_class: type[DecoderLayer] = DecoderLayer
+
+    def __init__(self, config: DepthBenchConfig):
+        super().__init__(config)
+        self.padding_idx = config.pad_token_id
+        self.vocab_size = config.vocab_size
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.wiring = self.wiring_class(config)
+        self.layers = nn.ModuleList(
+            [self.layer_class(config, layer_idx, self.wiring) for layer_idx in range(config.num_hidden_layers)]
+        )
+        self.norm = make_norm(config)
+        self.rotary_emb = RotaryEmbedding(config)
+        self.gradient_checkpointing = False
+        self.wiring.configure_init(self)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        past_key_values: Cache | None = None,
+        _depth_states: list | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        cache = cache if cache is not None else past_key_values
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        use_cache = use_cache if use_cache is not None else self.config.use_cache
+        if self.gradient_checkpointing and self.training:
+            use_cache = False
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        if use_cache and cache is None and not self.training:
+            cache = DynamicCache(config=self.config)
+        if position_ids is None:
+            past_seen = cache.get_seq_length() if cache is not None else 0
+            position_ids = (torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen)[None]
+        mask = create_causal_mask(self.config, inputs_embeds, attention_mask, cache, position_ids=position_ids)
+        position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
+
+        stream = self.wiring.enter(inputs_embeds)
+        hidden_states = [] if output_hidden_states else None
+        if _depth_states is not None:
+            _depth_states.append(self.wiring.depth_state(stream, self.layers[0] if len(self.layers) else None))
+        for idx, layer in enumerate(self.layers):
+            if hidden_states is not None:
+                hidden_states.append(self.wiring.readout(stream))
+            stream = layer(
+                stream, attention_mask=mask, position_embeddings=position_embeddings, cache=cache, **kwargs
+            )
+            if _depth_states is not None:
+                nxt = self.layers[idx + 1] if idx + 1 < len(self.layers) else None
+                _depth_states.append(self.wiring.depth_state(stream, nxt))
+        last_hidden_state = self.wiring.exit(stream, self.norm)
+        if hidden_states is not None:
+            hidden_states.append(last_hidden_state)
+        return BaseModelOutputWithPast(
+            last_hidden_state=last_hidden_state,
+            hidden_states=tuple(hidden_states) if hidden_states is not None else None,
+            **{_CACHE_FIELD: cache if use_cache else None},
+        )
+
+
+class DepthBenchForCausalLM(DepthBenchPreTrainedModel, GenerationMixin):
+    """Decoder + untied (by default) LM head. Architectures subclass it and set :attr:`model_class`."""
+
+    model_class: type[DepthBenchModel] = DepthBenchModel
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+    _auto_class = "AutoModelForCausalLM"
+
+    def __init__(self, config: DepthBenchConfig):
+        super().__init__(config)
+        self.model = self.model_class(config)
+        self.vocab_size = config.vocab_size
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """``PreTrainedModel.save_pretrained`` plus a complete ``auto_map`` (AutoConfig, AutoModel and
+        AutoModelForCausalLM), so every Auto class loads the checkpoint with ``trust_remote_code=True``."""
+        self.config.auto_map = {
+            "AutoConfig": _class_path(type(self.config)),
+            "AutoModel": _class_path(self.model_class),
+            "AutoModelForCausalLM": _class_path(type(self)),
+        }
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.embed_tokens = value
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        past_key_values: Cache | None = None,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        """Causal LM forward. ``labels`` are the (unshifted) input ids; positions with -100 are ignored; the loss
+        is the mean next-token cross-entropy, or the sum divided by ``num_items_in_batch`` when the Trainer
+        passes it (gradient accumulation)."""
+        cache = cache if cache is not None else past_key_values
+        loss_kwargs = {k: kwargs.pop(k) for k in ("num_items_in_batch", "ignore_index") if k in kwargs}
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
+        hidden = outputs.last_hidden_state
+        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        logits = self.lm_head(hidden[:, keep, :])
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs)
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            **{_CACHE_FIELD: getattr(outputs, _CACHE_FIELD)},
+        )

@@ -1,0 +1,33 @@
+"""Pre-LN: the Llama-style baseline of the study (``x <- x + F(N(x))``).
+
+Ships to the Hugging Face Hub as remote code (imports only torch, transformers and sibling files).
+"""
+
+from .configuration_depthbench import DepthBenchConfig
+from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Wiring
+
+
+class PreLNConfig(DepthBenchConfig):
+    """Pre-LN (Xiong et al., "On Layer Normalization in the Transformer Architecture", arXiv 2002.04745).
+
+    Each sublayer reads a normalised copy of the residual stream and adds its output back::
+
+        h = x + Attn(RMSNorm(x))
+        y = h + MLP(RMSNorm(h))
+        logits = W_out RMSNorm(x_L)
+
+    No extra parameters: a ``pre_ln`` checkpoint is a valid ``LlamaForCausalLM`` checkpoint. In the study, extra
+    depth barely helps this architecture at a fixed parameter budget.
+    """
+
+    model_type = "depthbench_pre_ln"
+
+
+class PreLNModel(DepthBenchModel):
+    config_class = PreLNConfig
+    wiring_class = Wiring
+
+
+class PreLNForCausalLM(DepthBenchForCausalLM):
+    config_class = PreLNConfig
+    model_class = PreLNModel

@@ -1,0 +1,38 @@
+"""depthbench: residual-connection architectures x width/depth aspect ratio, Hugging Face-native.
+
+Install (CPU): ``pip install torch==2.13.0 && pip install -e ".[test]"``.
+"""
+
+from setuptools import setup
+
+setup(
+    name="depthbench",
+    version="0.1.0",
+    description="Residual-connection architectures across width/depth aspect ratios, Hugging Face-native",
+    long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    package_dir={"depthbench": "src/depthbench", "depthbench.modeling": "modeling"},
+    packages=["depthbench", "depthbench.modeling", "depthbench.analysis"],
+    package_data={"depthbench": ["configs/*.yaml", "assets/*"]},
+    install_requires=[
+        "torch>=2.4",
+        "transformers>=5.23,<5.25",
+        "accelerate>=1.10",
+        "datasets>=4.0",
+        "evaluate>=0.4",
+        "safetensors>=0.4",
+        "huggingface_hub>=1.0",
+        "lm-eval>=0.4.13",
+        "tokenizers>=0.21",
+        "numpy",
+        "pyyaml",
+        "tqdm",
+    ],
+    extras_require={
+        "plot": ["matplotlib>=3.7"],
+        "track": ["tensorboard", "wandb"],
+        "test": ["pytest>=8", "pytest-timeout", "matplotlib>=3.7", "tensorboard", "ruff", "pyarrow"],
+    },
+    entry_points={"console_scripts": ["depthbench=depthbench.cli:main"]},
+)

@@ -1,0 +1,1 @@
+"""Layer analyses (angular distance, causal/permutation/usefulness scores, ...)."""

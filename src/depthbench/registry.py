@@ -1,0 +1,111 @@
+"""The architecture registry: the one table that lists depthbench's architectures.
+
+Tests, the CLI, the shape calculator, the trainer and the model cards read this table; nothing else lists
+architectures. Adding an architecture = one ``modeling/modeling_<id>.py`` file + one line in ``_TABLE``.
+
+    >>> from depthbench.registry import get, build_model
+    >>> model = build_model("pre_ln", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+    ...                     intermediate_size=176, vocab_size=256)
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
+
+from depthbench.modeling.modeling_pre_ln import PreLNForCausalLM
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One registered architecture."""
+
+    id: str
+    causal_lm_class: type[PreTrainedModel]
+    description: str
+    arxiv: str
+
+    @property
+    def config_class(self) -> type[PretrainedConfig]:
+        return self.causal_lm_class.config_class
+
+    @property
+    def model_class(self) -> type[PreTrainedModel]:
+        return self.causal_lm_class.model_class
+
+    @property
+    def model_type(self) -> str:
+        return self.config_class.model_type
+
+    @property
+    def paper_url(self) -> str:
+        return f"https://arxiv.org/abs/{self.arxiv}"
+
+    @property
+    def card(self) -> str:
+        """The model-card snippet: the config class docstring (paragraph + equations + paper link)."""
+        return inspect.cleandoc(self.config_class.__doc__ or self.description)
+
+    @property
+    def family(self) -> str:
+        """Analysis family of the architecture's wiring ("residual", "hyper_connections", "attnres", ...)."""
+        return self.model_class.wiring_class.family
+
+
+# id: (causal-LM class, one-line description, arXiv id). One line per architecture.
+_TABLE: list[Architecture] = [
+    Architecture("pre_ln", PreLNForCausalLM, "Pre-LN: x + F(N(x)); the Llama baseline", "2002.04745"),
+]
+
+ARCHITECTURES: dict[str, Architecture] = {a.id: a for a in _TABLE}
+
+
+def arch_ids() -> list[str]:
+    return list(ARCHITECTURES)
+
+
+def get(arch_id: str) -> Architecture:
+    """The registered architecture ``arch_id``; an unknown id raises ``ValueError`` listing the valid ones."""
+    try:
+        return ARCHITECTURES[arch_id]
+    except KeyError:
+        raise ValueError(f"unknown architecture {arch_id!r}; valid architectures: {', '.join(ARCHITECTURES)}") from None
+
+
+def resolve_archs(spec: str | list[str]) -> list[str]:
+    """``"all"``, a comma-separated string, or a list of ids -> validated list of ids (order kept)."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    items = [s.strip() for s in items if s.strip()]
+    if items == ["all"]:
+        return arch_ids()
+    for item in items:
+        get(item)
+    if not items:
+        raise ValueError(f"no architecture given; valid architectures: all, {', '.join(ARCHITECTURES)}")
+    return items
+
+
+def build_config(arch_id: str, **fields) -> PretrainedConfig:
+    """The architecture's config class built with ``fields`` (validated at construction)."""
+    return get(arch_id).config_class(**fields)
+
+
+def build_model(arch_id: str, config: PretrainedConfig | None = None, **fields) -> PreTrainedModel:
+    """A freshly initialised causal LM of architecture ``arch_id`` (from ``config`` or config ``fields``)."""
+    arch = get(arch_id)
+    if config is None:
+        config = arch.config_class(**fields)
+    return arch.causal_lm_class(config)
+
+
+def register_auto_classes() -> None:
+    """Register every architecture with AutoConfig / AutoModel / AutoModelForCausalLM (idempotent)."""
+    for arch in ARCHITECTURES.values():
+        AutoConfig.register(arch.model_type, arch.config_class, exist_ok=True)
+        AutoModel.register(arch.config_class, arch.model_class, exist_ok=True)
+        AutoModelForCausalLM.register(arch.config_class, arch.causal_lm_class, exist_ok=True)
+
+
+register_auto_classes()
