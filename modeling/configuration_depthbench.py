@@ -138,6 +138,32 @@ class DepthBenchConfig(PretrainedConfig):
                     "initializer_range", self.initializer_range, "a positive number")
         self._check(0.0 <= self.attention_dropout < 1.0, "attention_dropout", self.attention_dropout, "in [0, 1)")
 
+    # ------------------------------------------------------------------------------------------ parameter counts
+    def num_extra_parameters(self) -> int:
+        """Parameters the architecture adds to the Pre-LN backbone (0 here). Architectures override this with the
+        exact count; a contract test checks it against the built model for every registered architecture."""
+        return 0
+
+    def parameter_counts(self) -> dict[str, int]:
+        """Exact parameter counts computed from the config alone (no model is built).
+
+        Returns ``embedding``, ``backbone`` (all blocks incl. their norms), ``lm_head`` (0 when tied),
+        ``final_norm``, ``extra`` (architecture-specific) and ``total``.
+        """
+        d, f, hd = self.hidden_size, self.intermediate_size, self.head_dim
+        q_width, kv_width = self.num_attention_heads * hd, self.num_key_value_heads * hd
+        attn = 2 * d * q_width + 2 * d * kv_width  # q, o and k, v projections
+        per_block = attn + 3 * d * f + 2 * d
+        counts = {
+            "embedding": self.vocab_size * d,
+            "backbone": self.num_hidden_layers * per_block,
+            "lm_head": 0 if self.tie_word_embeddings else self.vocab_size * d,
+            "final_norm": d,
+            "extra": self.num_extra_parameters(),
+        }
+        counts["total"] = sum(counts.values())
+        return counts
+
     @property
     def num_sublayers(self) -> int:
         """Residual sublayers (attention and MLP counted separately): ``2 * num_hidden_layers``."""

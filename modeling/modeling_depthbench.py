@@ -207,6 +207,10 @@ class Residual(nn.Module):
     uninitialised). ``index`` is the global sublayer index: ``2*l`` for block l's attention, ``2*l+1`` for its MLP.
     """
 
+    #: Names (relative to this module) of parameters that get no weight decay (static mixing, biases, gains,
+    #: pseudo-queries). Norm gains anywhere in the model are excluded automatically.
+    no_decay: tuple[str, ...] = ()
+
     def __init__(self, config: DepthBenchConfig, index: int):
         super().__init__()
         self.index = index
@@ -233,6 +237,8 @@ class Wiring(nn.Module):
     """
 
     residual_class: type[Residual] = Residual
+    #: Names (relative to the wiring) of model-level parameters that get no weight decay.
+    no_decay: tuple[str, ...] = ()
     #: Short family name used by analysis tools ("residual", "hyper_connections", "attnres", ...).
     family = "residual"
 
@@ -339,6 +345,19 @@ class DepthBenchPreTrainedModel(PreTrainedModel):
         if isinstance(module, (Residual, Wiring)):
             module.reset_parameters(self.config)
 
+    def no_weight_decay_names(self) -> set[str]:
+        """Full names of parameters that should get no weight decay: every norm gain, every bias, and the names
+        each residual module / wiring lists in its ``no_decay`` attribute (static mixing, pseudo-queries, ...)."""
+        names: set[str] = set()
+        for module_name, module in self.named_modules():
+            prefix = f"{module_name}." if module_name else ""
+            if isinstance(module, (RMSNorm, LayerNorm)):
+                names.update(f"{prefix}{n}" for n, _ in module.named_parameters(recurse=False))
+            for n, _ in module.named_parameters(recurse=False):
+                if n == "bias" or n in getattr(module, "no_decay", ()):
+                    names.add(f"{prefix}{n}")
+        return names
+
     # ------------------------------------------------------------------------------------ analysis interventions
     def _base(self) -> "DepthBenchModel":
         return getattr(self, self.base_model_prefix, self)
@@ -386,7 +405,9 @@ def _class_path(cls: type) -> str:
 
 def _check_block_index(index: int, num_layers: int) -> int:
     if not isinstance(index, int) or not -num_layers <= index < num_layers:
-        raise IndexError(f"block index {index!r} is out of range: the model has {num_layers} blocks (0..{num_layers - 1})")
+        raise IndexError(
+            f"block index {index!r} is out of range: the model has {num_layers} blocks (0..{num_layers - 1})"
+        )
     return index % num_layers
 
 

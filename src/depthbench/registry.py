@@ -10,22 +10,27 @@ architectures. Adding an architecture = one ``modeling/modeling_<id>.py`` file +
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from dataclasses import dataclass
+from functools import cached_property
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
-
-from depthbench.modeling.modeling_pre_ln import PreLNForCausalLM
 
 
 @dataclass(frozen=True)
 class Architecture:
-    """One registered architecture."""
+    """One registered architecture: ``causal_lm`` is ``"modeling_<file>.<ForCausalLM class>"`` in modeling/."""
 
     id: str
-    causal_lm_class: type[PreTrainedModel]
+    causal_lm: str
     description: str
     arxiv: str
+
+    @cached_property
+    def causal_lm_class(self) -> type[PreTrainedModel]:
+        module_name, class_name = self.causal_lm.rsplit(".", 1)
+        return getattr(importlib.import_module(f"depthbench.modeling.{module_name}"), class_name)
 
     @property
     def config_class(self) -> type[PretrainedConfig]:
@@ -54,9 +59,10 @@ class Architecture:
         return self.model_class.wiring_class.family
 
 
-# id: (causal-LM class, one-line description, arXiv id). One line per architecture.
+# One line per architecture: id, "modeling file.causal-LM class", one-line description, arXiv id.
 _TABLE: list[Architecture] = [
-    Architecture("pre_ln", PreLNForCausalLM, "Pre-LN: x + F(N(x)); the Llama baseline", "2002.04745"),
+    Architecture("pre_ln", "modeling_pre_ln.PreLNForCausalLM", "Pre-LN: x + F(N(x)); the Llama baseline", "2002.04745"),
+    # (new architectures: one line above this comment)
 ]
 
 ARCHITECTURES: dict[str, Architecture] = {a.id: a for a in _TABLE}
