@@ -1,0 +1,56 @@
+"""Post-LN: the original Transformer's norm placement (norm after each residual add).
+
+Ships to the Hugging Face Hub as remote code (imports only torch, transformers and sibling files).
+"""
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from .configuration_depthbench import DepthBenchConfig
+from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring
+
+
+class PostLNConfig(DepthBenchConfig):
+    """Post-LN (Vaswani et al., "Attention Is All You Need", https://arxiv.org/abs/1706.03762).
+
+    Each sublayer reads the raw residual stream, and the sum of the stream and the sublayer output is normalised;
+    the first block therefore receives the un-normalised embedding::
+
+        h = N_a(x + Attn(x))
+        y = N_f(h + MLP(h))
+        logits = W_out N_final(x_L)
+
+    ``N_a`` / ``N_f`` are the block's ``input_layernorm`` / ``post_attention_layernorm`` (Llama names kept, only their
+    position changes). The final model norm is still applied although the last block output is already normalised:
+    this follows the study's reference code (and the LNS/Mix-LN code it descends from) so every architecture has
+    the same head; it is harmless at gamma = 1. No extra parameters. In the study Post-LN is a code-only baseline;
+    it needs warmup and its gradients vanish toward the early blocks (Xiong et al., arXiv 2002.04745).
+    """
+
+    model_type = "depthbench_post_ln"
+
+
+class PostLNResidual(Residual):
+    """Identical to Pre-LN except that the norm moves behind the residual add: ``x <- N(x + F(x))``.
+
+    The add and the norm run in fp32 (the norm upcasts anyway) and the result is cast back to the stream dtype.
+    """
+
+    def forward(self, stream: torch.Tensor, norm: nn.Module, branch: Callable[..., torch.Tensor]) -> torch.Tensor:
+        return norm(stream.float() + branch(stream).float()).to(stream.dtype)  # [B,T,d]
+
+
+class PostLNWiring(Wiring):
+    residual_class = PostLNResidual
+
+
+class PostLNModel(DepthBenchModel):
+    config_class = PostLNConfig
+    wiring_class = PostLNWiring
+
+
+class PostLNForCausalLM(DepthBenchForCausalLM):
+    config_class = PostLNConfig
+    model_class = PostLNModel
