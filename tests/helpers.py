@@ -1,0 +1,159 @@
+"""Shared test utilities: the tiny backbone shape, model/config builders, inputs, and a tiny tokenizer.
+
+Every contract test builds its models through :func:`tiny_config` / :func:`tiny_model`, so all architectures are
+exercised at the same small shape (only backbone fields are set; architecture-specific fields keep their defaults).
+Architectures are never listed here: :data:`ARCH_IDS` is read from the registry.
+
+Run the suite that uses these helpers with::
+
+    python -m pytest tests/test_contract.py tests/test_remote_code.py tests/test_lm_eval.py tests/test_trainer.py \
+        tests/test_registry.py -q
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from depthbench.registry import ARCHITECTURES
+
+ARCH_IDS: list[str] = list(ARCHITECTURES)
+"""Every registered architecture id, in registry order (the contract is parametrized over this list)."""
+
+TINY: dict[str, Any] = {
+    "vocab_size": 128,
+    "hidden_size": 64,
+    "intermediate_size": 176,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+}
+"""Backbone fields of the tiny contract shape (GQA: 4 query heads share 2 key/value heads, head_dim 16)."""
+
+TOKENIZER_VOCAB = 128
+"""Vocabulary of the tiny test tokenizer; must not exceed ``TINY["vocab_size"]``."""
+
+EOS_TOKEN = "<|endoftext|>"
+PAD_TOKEN = "<|pad|>"
+
+TOKENIZER_TEXTS: list[str] = [
+    "the cat sat on the mat. the dog sat on the log.",
+    "a bird can fly over the tree and the house.",
+    "Question: what is the colour of the sky? Answer: blue.",
+    "water is wet, fire is hot, ice is cold and snow is white.",
+    "one two three four five six seven eight nine ten.",
+    "The quick brown fox jumps over the lazy dog! 0123456789",
+    "Which animal barks? A dog barks. Which animal meows? A cat meows.",
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZ abcdefghijklmnopqrstuvwxyz ,.;:?!'\"-()\n",
+]
+"""Training text of the tiny tokenizer; its characters are the tokenizer's whole alphabet."""
+
+
+def arch_config_class(arch_id: str) -> type:
+    """The registered config class of ``arch_id``."""
+    return ARCHITECTURES[arch_id].config_class
+
+
+def tiny_config(arch_id: str, **overrides: Any):
+    """The architecture's config at the tiny shape (``TINY`` plus ``overrides``); other fields keep defaults."""
+    return arch_config_class(arch_id)(**{**TINY, **overrides})
+
+
+def tiny_model(arch_id: str, seed: int = 0, attn_implementation: str | None = None, **overrides: Any):
+    """A freshly initialised tiny causal LM of ``arch_id`` in fp32 and eval mode (deterministic in ``seed``)."""
+    config = tiny_config(arch_id, **overrides)
+    if attn_implementation is not None:
+        config._attn_implementation = attn_implementation
+    torch.manual_seed(seed)
+    model = ARCHITECTURES[arch_id].causal_lm_class(config)
+    return model.float().eval()
+
+
+def random_ids(batch: int, length: int, seed: int = 0, vocab_size: int = TINY["vocab_size"]) -> torch.Tensor:
+    """Deterministic random token ids ``[batch, length]`` that avoid id 0 (kept free for padding)."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(1, vocab_size, (batch, length), generator=generator)
+
+
+def left_pad(rows: list[torch.Tensor], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad 1-D id tensors to a batch; returns ``(input_ids, attention_mask)``."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = row
+        mask[i, width - len(row):] = 1
+    return ids, mask
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids as ``generate`` builds them from a (left-padded) mask: ``cumsum(mask) - 1``, pads at 1."""
+    position_ids = attention_mask.long().cumsum(-1) - 1
+    return position_ids.masked_fill(attention_mask == 0, 1)
+
+
+def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """``max |a - b|`` in float64 (0.0 for empty tensors)."""
+    if a.numel() == 0:
+        return 0.0
+    return (a.double() - b.double()).abs().max().item()
+
+
+# ------------------------------------------------------------------------------------------------ tiny tokenizer
+def _restricted_byte_level_bpe(texts: list[str], vocab_size: int, save_dir: str | os.PathLike | None):
+    """A byte-level BPE whose alphabet is only the bytes occurring in ``texts`` (fits vocabularies < 258)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    used = sorted({ch for text in texts for piece, _ in byte_level.pre_tokenize_str(text) for ch in piece})
+    if vocab_size < len(used) + 2:
+        raise ValueError(f"vocab_size={vocab_size} is smaller than the {len(used)} bytes used + 2 special tokens")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=2, show_progress=False, special_tokens=[EOS_TOKEN, PAD_TOKEN],
+        initial_alphabet=used, limit_alphabet=len(used),
+    )
+    tok.train_from_iterator(iter(texts), trainer)
+    kwargs = {"name_or_path": str(save_dir)} if save_dir is not None else {}
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN, **kwargs)
+    if save_dir is not None:
+        fast.save_pretrained(str(save_dir))
+    return fast
+
+
+def make_tokenizer(
+    save_dir: str | os.PathLike | None = None,
+    texts: Iterable[str] = TOKENIZER_TEXTS,
+    vocab_size: int = TOKENIZER_VOCAB,
+):
+    """A deterministic byte-level BPE tokenizer with at most ``vocab_size`` tokens (EOS id 0, PAD id 1).
+
+    Uses ``depthbench.data.make_tiny_tokenizer`` when it accepts so small a vocabulary; it keeps the full 256-byte
+    alphabet (>= 258 tokens), which does not fit the 128-token test model, so the fallback restricts the alphabet
+    to the bytes of ``texts``. Text outside that alphabet is not encodable; the tests only encode such text.
+    """
+    texts = list(texts)
+    try:
+        from depthbench.data import make_tiny_tokenizer
+
+        return make_tiny_tokenizer(texts, vocab_size=vocab_size, save_dir=None if save_dir is None else str(save_dir))
+    except (ImportError, ValueError):
+        return _restricted_byte_level_bpe(texts, vocab_size, save_dir)
+
+
+def save_tiny_checkpoint(model, directory: str | os.PathLike, tokenizer=None) -> Path:
+    """``save_pretrained`` the model (and tokenizer) into ``directory``; returns the directory."""
+    directory = Path(directory)
+    model.save_pretrained(directory)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(directory)
+    return directory
