@@ -60,8 +60,23 @@ class Architecture:
 
 
 # One line per architecture: id, "modeling file.causal-LM class", one-line description, arXiv id.
+# Order: the normalization-placement family, then multi-stream and cross-layer designs (the study's order).
 _TABLE: list[Architecture] = [
     Architecture("pre_ln", "modeling_pre_ln.PreLNForCausalLM", "Pre-LN: x + F(N(x)); the Llama baseline", "2002.04745"),
+    Architecture("post_ln", "modeling_post_ln.PostLNForCausalLM", "Post-LN: N(x + F(x))", "1706.03762"),
+    Architecture("peri_ln", "modeling_peri_ln.PeriLNForCausalLM", "Peri-LN: x + N_out(F(N_in(x)))", "2502.02732"),
+    Architecture("lns", "modeling_lns.LNSForCausalLM", "LayerNorm Scaling: x + F(N(x) / sqrt(l))", "2502.05795"),
+    Architecture("deepnorm", "modeling_deepnorm.DeepNormForCausalLM", "DeepNorm: N(a x + F(x))", "2203.00555"),
+    Architecture("keel", "modeling_keel.KeelForCausalLM", "KEEL: N_out(2L x + F(N_in(x)))", "2601.19895"),
+    Architecture("mix_ln", "modeling_mix_ln.MixLNForCausalLM", "Mix-LN: Post-LN first L/4, then Pre-LN", "2412.13795"),
+    Architecture("depth_mup", "modeling_depth_scaled.DepthMuPForCausalLM", "depth-muP: branch x m_L^-.5", "2310.02244"),
+    Architecture("completep", "modeling_depth_scaled.CompletePForCausalLM", "CompleteP: branch x m_L^-1", "2505.01618"),
+    Architecture("hc", "modeling_hc.HCForCausalLM", "Hyper-Connections: n streams, tanh-gated mixing", "2409.19606"),
+    Architecture("mhc", "modeling_mhc.MHCForCausalLM", "mHC: n streams, doubly stochastic mixing", "2512.24880"),
+    Architecture("attnres", "modeling_attnres.AttnResForCausalLM", "Full AttnRes: softmax over depth", "2603.15031"),
+    Architecture("block_attnres", "modeling_attnres.BlockAttnResForCausalLM", "Block AttnRes: block sum", "2603.15031"),
+    Architecture("moda", "modeling_moda.MoDAForCausalLM", "MoDA: attend to sequence + same-token depth", "2603.15619"),
+    Architecture("denseformer", "modeling_denseformer.DenseFormerForCausalLM", "DenseFormer: DW-average", "2402.02622"),
     # (new architectures: one line above this comment)
 ]
 
