@@ -1,0 +1,282 @@
+"""Hyper-Connections (HC): n residual streams mixed by dynamic, tanh-gated width and depth connections.
+
+Ships to the Hugging Face Hub as remote code (imports only torch, transformers and sibling files). The multi-stream
+machinery shared with manifold-constrained HC (``modeling_mhc.py``) lives here: :class:`HyperConnectionWiring`
+(stream layout, readout, analysis states, the 1/sqrt(n) output init) and :func:`hyper_connection_update` (one
+sublayer's width mix + branch + depth connection as a single batched matmul).
+
+Einsum legend: b batch, t token, s/r streams (n of them), j mixed outputs (n + 1: branch input, then the n carried
+streams), d hidden size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import initialization as hf_init
+
+from .configuration_depthbench import DepthBenchConfig
+from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring
+
+READOUTS = ("mean", "sum", "sum_norm")
+
+
+class HCConfig(DepthBenchConfig):
+    r"""Hyper-Connections (Zhu et al., "Hyper-Connections", ICLR 2025, https://arxiv.org/abs/2409.19606).
+
+    The residual stream is widened into n streams ``H ∈ R^{n×d}`` per token (the embedding is copied into all n).
+    Every sublayer (attention or MLP, with its own Pre-LN norm) reads a learned mix of the streams and writes its
+    output back into every stream with a learned weight, while the streams are re-mixed among themselves. The
+    mixing weights are dynamic: a static part plus a small tanh-gated, input-dependent correction::
+
+        Ĥ_s   = H_s / rms(H_s)                                    (per stream, no gain, eps hc_norm_eps)
+        A     = A_static + c_α · tanh(Ĥ W_α)                      (n × (n+1); W_α ∈ R^{d×(n+1)})
+        β     = β_static + c_β · tanh(Ĥ w_β)                      (n;         w_β ∈ R^d)
+        [u; R] = Aᵀ H                                              (u: branch input, R: n carried streams)
+        H'_t  = R_t + β_t · F(N(u))                                (t = 1..n)
+        logits = W_out N(mean_s H_s)                               (default readout, see below)
+
+    Init (Pre-LN-equivalent): column 0 of ``A_static`` is one-hot at stream ``k mod n`` (k = global sublayer
+    index), columns 1..n are the identity, ``β_static = 1``, ``W = 0``, ``c_α = c_β = 0.01``; attention ``o_proj``
+    and MLP ``down_proj`` are initialised with std ``initializer_range / sqrt(n)`` (``hc_scale_output_init``,
+    on as in the reference code). At this init all streams stay identical and the model computes Pre-LN exactly
+    (its logits equal those of ``pre_ln`` with the same shared weights, for any n). The static ``A_static`` and
+    ``β_static`` get no weight decay; the dynamic projections and gates are decayed (as the reference).
+
+    Readout (``hc_readout``): the reference code applies the final RMSNorm to each stream and sums the n normalised
+    streams (``"sum_norm"``), which makes the output n times larger than Pre-LN's at init and makes the logit lens
+    decode a state the model never outputs. The default here is ``"mean"`` (collapse, then the usual final norm and
+    LM head; the HC paper sums, which the final RMSNorm makes identical up to eps): the head then reads exactly what
+    ``output_hidden_states`` / the logit lens see, and the model equals Pre-LN at init. ``"sum"`` and ``"sum_norm"``
+    are available for reproducing the paper / the reference checkpoints. Other points where the paper and the
+    reference code differ follow the reference: the gates read a parameter-free per-stream RMS norm (the paper uses
+    a LayerNorm), and the 1/sqrt(n) output init is the reference's addition (switch it off to get the paper's init).
+
+    Args:
+        hc_num_streams: Number of residual streams n (paper default 4; n = 1 is Pre-LN with a scalar gate).
+        hc_readout: ``"mean"`` (default), ``"sum"`` (collapse then final norm) or ``"sum_norm"`` (reference:
+            final norm per stream, then sum).
+        hc_scale_output_init: Divide the init std of every ``o_proj`` and ``down_proj`` by sqrt(n) (reference).
+        hc_gate_init: Initial value of the scalar gates c_α and c_β (0.01).
+        hc_use_tanh: Squash the dynamic terms with tanh (on in the paper and the reference).
+        hc_norm_eps: Epsilon of the parameter-free per-stream RMS normalisation (reference 1e-8).
+    """
+
+    model_type = "depthbench_hc"
+
+    def __init__(
+        self,
+        hc_num_streams: int = 4,
+        hc_readout: str = "mean",
+        hc_scale_output_init: bool = True,
+        hc_gate_init: float = 0.01,
+        hc_use_tanh: bool = True,
+        hc_norm_eps: float = 1e-8,
+        **kwargs,
+    ):
+        self.hc_num_streams = hc_num_streams
+        self.hc_readout = hc_readout
+        self.hc_scale_output_init = hc_scale_output_init
+        self.hc_gate_init = hc_gate_init
+        self.hc_use_tanh = hc_use_tanh
+        self.hc_norm_eps = hc_norm_eps
+        super().__init__(**kwargs)
+
+    def validate(self) -> None:
+        super().validate()
+        self._check_positive_int("hc_num_streams")
+        self._check(self.hc_readout in READOUTS, "hc_readout", self.hc_readout, f"one of {list(READOUTS)}")
+        for field in ("hc_scale_output_init", "hc_use_tanh"):
+            self._check(isinstance(getattr(self, field), bool), field, getattr(self, field), "True or False")
+        self._check(_is_number(self.hc_gate_init), "hc_gate_init", self.hc_gate_init, "a number")
+        self._check(_is_number(self.hc_norm_eps) and self.hc_norm_eps > 0, "hc_norm_eps", self.hc_norm_eps,
+                    "a positive number")
+
+    def num_extra_parameters(self) -> int:
+        """Per connector ``n(n+1) + d(n+1) + 1 + n + d + 1`` (A_static, W_α, c_α, β_static, w_β, c_β); two
+        connectors per block."""
+        n, d = self.hc_num_streams, self.hidden_size
+        return self.num_sublayers * (n * (n + 1) + d * (n + 1) + 1 + n + d + 1)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def upcast(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in fp32, or in its own dtype if that is wider (fp64 stays fp64): the precision of mixing math."""
+    return tensor.to(torch.promote_types(tensor.dtype, torch.float32))
+
+
+def full_precision(tensor: torch.Tensor) -> torch.autocast:
+    """Context that switches autocast off on ``tensor``'s device, so upcast mixing math is not run in bf16 again
+    when the model is trained under ``torch.autocast``."""
+    return torch.autocast(device_type=tensor.device.type, enabled=False)
+
+
+# ================================================================================================ shared HC pieces
+def hyper_connection_update(
+    stream: torch.Tensor,
+    width: torch.Tensor,
+    depth: torch.Tensor,
+    norm: nn.Module,
+    branch: Callable[..., torch.Tensor],
+) -> torch.Tensor:
+    """One hyper-connected sublayer: ``[u; R] = width @ H``, ``H'_t = R_t + depth_t · F(N(u))``.
+
+    Args:
+        stream: The n streams ``H``, [B, T, n, d].
+        width: Width-connection matrix, [..., n+1, n] (row 0 builds the branch input ``u``, rows 1..n the carried
+            streams ``R``); any leading dims broadcasting against [B, T] (per-token or static).
+        depth: Depth-connection weights, [..., n] (how much of the branch output each stream receives).
+        norm: The sublayer's own pre-norm.
+        branch: Attention or MLP.
+
+    Returns:
+        The updated streams, [B, T, n, d], in the stream's dtype (``width``/``depth`` are cast to it: the mixing
+        coefficients are computed in fp32 by the caller and applied in the model's dtype, like the residual add).
+    """
+    *lead, n, d = stream.shape
+    h = stream.reshape(-1, n, d)  # [N,n,d], N = B*T tokens
+    w = width.to(stream.dtype).expand(*lead, n + 1, n).reshape(-1, n + 1, n)  # [N,n+1,n]
+    u = torch.bmm(w[:, :1], h)  # [N,1,d]   u = Σ_s w[0,s] H_s
+    carried = torch.bmm(w[:, 1:], h)  # [N,n,d]   R_t = Σ_s w[1+t,s] H_s
+    out = branch(norm(u.view(*lead, d)))  # [B,T,d]
+    depth = depth.to(stream.dtype).expand(*lead, n).reshape(-1, n, 1)  # [N,n,1]
+    # R + depth ⊗ out as a batched GEMM: its backward is two GEMMs instead of broadcast products and reductions.
+    return torch.baddbmm(carried, depth, out.reshape(-1, 1, d).to(stream.dtype)).view(stream.shape)
+
+
+class HyperConnectionWiring(Wiring):
+    """Model-level wiring shared by HC and mHC: the residual state is a tensor of n streams [B, T, n, d].
+
+    * :meth:`enter` copies the embedding into the n streams;
+    * :meth:`exit` is the readout (``mean`` / ``sum`` collapse then the final norm, or ``sum_norm``);
+    * :meth:`readout` (``output_hidden_states``, logit lens) is the collapse before the final norm: the mean for
+      ``mean``, the sum for ``sum`` and ``sum_norm`` (for ``sum_norm`` the head does not read exactly this state);
+    * :meth:`depth_state` concatenates a token's n streams into one n·d vector (analysis reference §5.1);
+    * skipped blocks return their streams unchanged, and ``swap_blocks`` exchanges the connector parameters with
+      the rest of the block (the base behaviour).
+
+    Subclasses say where their settings live via :meth:`stream_settings`.
+    """
+
+    family = "hyper_connections"
+
+    def __init__(self, config: DepthBenchConfig):
+        super().__init__(config)
+        self.num_streams, self.readout_mode, self.scale_output_init = self.stream_settings(config)
+
+    def stream_settings(self, config: DepthBenchConfig) -> tuple[int, str, bool]:
+        """(number of streams, readout mode, divide the o_proj/down_proj init std by sqrt(n))."""
+        return config.hc_num_streams, config.hc_readout, config.hc_scale_output_init
+
+    def configure_init(self, model: DepthBenchModel) -> None:
+        if self.scale_output_init and self.num_streams > 1:
+            std = model.config.initializer_range / math.sqrt(self.num_streams)
+            for layer in model.layers:
+                layer.self_attn.o_proj.init_std = std
+                layer.mlp.down_proj.init_std = std
+
+    def enter(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """[B,T,d] -> n identical streams [B,T,n,d] (a real copy: later in-place ops must not alias)."""
+        return embeddings.unsqueeze(-2).repeat_interleave(self.num_streams, dim=-2)
+
+    def readout(self, stream: torch.Tensor) -> torch.Tensor:
+        return stream.mean(dim=-2) if self.readout_mode == "mean" else stream.sum(dim=-2)
+
+    def exit(self, stream: torch.Tensor, final_norm: nn.Module) -> torch.Tensor:
+        if self.readout_mode == "sum_norm":
+            return final_norm(stream).sum(dim=-2)
+        return final_norm(self.readout(stream))
+
+    def depth_state(self, stream: torch.Tensor, next_layer=None) -> torch.Tensor:
+        return stream.flatten(-2)  # [B,T,n*d]
+
+    def extra_repr(self) -> str:
+        return f"num_streams={self.num_streams}, readout={self.readout_mode!r}"
+
+
+# ================================================================================================ HC
+class HCResidual(Residual):
+    """Identical to Pre-LN except the stream is n streams [B, T, n, d], mixed by a dynamic hyper-connection::
+
+        A = A_static + c_α tanh(Ĥ W_α),  β = β_static + c_β tanh(Ĥ w_β),  [u; R] = Aᵀ H,  H'_t = R_t + β_t F(N(u))
+
+    with ``Ĥ`` the per-stream RMS-normalised streams (no gain). The gates are computed in fp32 (``Ĥ W`` as
+    ``(H W) / rms(H)``, one small GEMM for all n+2 outputs) and applied in the model's dtype. Parameters:
+    ``static_alpha`` [n, n+1], ``static_beta`` [n], ``dynamic_alpha_fn`` [n+1, d] (= W_αᵀ, stored in
+    ``nn.Linear`` layout, whose weight gradient is the fast GEMM on CPU), ``dynamic_beta_fn`` [d],
+    ``dynamic_alpha_scale`` and ``dynamic_beta_scale`` (scalars). Paper: https://arxiv.org/abs/2409.19606.
+    """
+
+    no_decay = ("static_alpha", "static_beta")
+
+    def __init__(self, config: HCConfig, index: int):
+        super().__init__(config, index)
+        n, d = config.hc_num_streams, config.hidden_size
+        self.num_streams = n
+        self.stream_index = index % n  # s*: the stream that alone feeds the branch at init
+        self.use_tanh = config.hc_use_tanh
+        self.eps = config.hc_norm_eps
+        self.static_alpha = nn.Parameter(torch.zeros(n, n + 1))
+        self.static_beta = nn.Parameter(torch.ones(n))
+        self.dynamic_alpha_fn = nn.Parameter(torch.zeros(n + 1, d))  # W_αᵀ
+        self.dynamic_beta_fn = nn.Parameter(torch.zeros(d))
+        self.dynamic_alpha_scale = nn.Parameter(torch.full((), float(config.hc_gate_init)))
+        self.dynamic_beta_scale = nn.Parameter(torch.full((), float(config.hc_gate_init)))
+        self.reset_parameters(config)
+
+    def reset_parameters(self, config: HCConfig) -> None:
+        n = self.num_streams
+        static = torch.zeros(n, n + 1, device=self.static_alpha.device)
+        static[self.stream_index, 0] = 1.0  # A_m = e_{k mod n}
+        static[:, 1:] = torch.eye(n, device=static.device)  # A_r = I
+        hf_init.copy_(self.static_alpha, static)
+        hf_init.ones_(self.static_beta)
+        hf_init.zeros_(self.dynamic_alpha_fn)
+        hf_init.zeros_(self.dynamic_beta_fn)
+        hf_init.constant_(self.dynamic_alpha_scale, float(config.hc_gate_init))
+        hf_init.constant_(self.dynamic_beta_scale, float(config.hc_gate_init))
+
+    def connections(self, stream: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The fp32 connection weights of this sublayer for ``stream`` [B,T,n,d]: ``A`` [B,T,n,n+1] (row s = what
+        stream s contributes to the branch input and to each carried stream) and ``β`` [B,T,n]."""
+        with full_precision(stream):
+            return self._connections(upcast(stream))
+
+    def _connections(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        d = h.shape[-1]
+        inv_rms = torch.rsqrt(torch.linalg.vector_norm(h, dim=-1, keepdim=True).square() / d + self.eps)  # [B,T,n,1]
+        proj = torch.cat([self.dynamic_alpha_fn, self.dynamic_beta_fn.unsqueeze(0)]).to(h.dtype)  # [n+2, d]
+        dyn = F.linear(h, proj) * inv_rms  # Ĥ W = (H W) / rms(H): [B,T,n,n+2]
+        if self.use_tanh:
+            dyn = torch.tanh(dyn)
+        alpha = self.static_alpha.to(h.dtype) + self.dynamic_alpha_scale.to(h.dtype) * dyn[..., :-1]
+        beta = self.static_beta.to(h.dtype) + self.dynamic_beta_scale.to(h.dtype) * dyn[..., -1]
+        return alpha, beta
+
+    def forward(self, stream: torch.Tensor, norm: nn.Module, branch: Callable[..., torch.Tensor]) -> torch.Tensor:
+        alpha, beta = self.connections(stream)
+        return hyper_connection_update(stream, alpha.transpose(-1, -2), beta, norm, branch)
+
+    def extra_repr(self) -> str:
+        return f"index={self.index}, num_streams={self.num_streams}, stream_index={self.stream_index}"
+
+
+class HCWiring(HyperConnectionWiring):
+    residual_class = HCResidual
+
+
+class HCModel(DepthBenchModel):
+    config_class = HCConfig
+    wiring_class = HCWiring
+
+
+class HCForCausalLM(DepthBenchForCausalLM):
+    config_class = HCConfig
+    model_class = HCModel

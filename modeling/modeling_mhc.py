@@ -1,0 +1,259 @@
+"""mHC: manifold-constrained Hyper-Connections (stream mixing projected onto doubly stochastic matrices).
+
+Ships to the Hugging Face Hub as remote code (imports only torch, transformers and sibling files). The stream
+layout, readout and the batched width/depth update are shared with HC (``modeling_hc.py``); this file adds the
+mHC coefficient generator (flattened-stream RMSNorm, one GEMM to n² + 2n logits, sigmoid / 2·sigmoid / Sinkhorn).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import initialization as hf_init
+
+from .configuration_depthbench import DepthBenchConfig
+from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual
+from .modeling_hc import (
+    READOUTS,
+    HyperConnectionWiring,
+    _is_number,
+    full_precision,
+    hyper_connection_update,
+    upcast,
+)
+
+
+class MHCConfig(DepthBenchConfig):
+    r"""mHC, manifold-constrained Hyper-Connections (Xie et al., DeepSeek-AI, https://arxiv.org/abs/2512.24880).
+
+    Hyper-Connections with n streams ``H ∈ R^{n×d}`` per token whose stream-mixing matrix is projected onto the
+    doubly stochastic matrices (Sinkhorn-Knopp), so the composite map across depth stays non-expansive and
+    mean-preserving. The coefficients come from the whole flattened token state through one projection::
+
+        x̂      = vec(H) / rms(vec(H))                             (over all n·d values, no gain, fp32)
+        m      = x̂ Φ,    Φ ∈ R^{nd × (n²+2n)}                      (one GEMM, split into pre | post | res)
+        H_pre  = σ(α_pre · m_pre + b_pre)                          (n,   in (0, 1))
+        H_post = 2 σ(α_post · m_post + b_post)                     (n,   in (0, 2))
+        H_res  = Sinkhorn(α_res · m_res + b_res)                   (n×n, 20 iterations, log domain, fp32)
+        H'_t   = Σ_s H_res[t, s] H_s + H_post[t] · F(N(Σ_s H_pre[s] H_s))
+        logits = W_out N(mean_s H_s)                                (default readout)
+
+    Convention (paper Eq. 3 and 8): ``H_res`` itself (not its transpose) multiplies the stream vector, row t
+    holding the weights of output stream t, and Sinkhorn normalises columns then rows, ending with the rows; so
+    every output stream is an exact convex combination of the input streams (row sums 1 to fp32 precision) and
+    column sums are 1 only approximately. Init is the reference's final "gap-8" init (``mhc_init_gap = 8``):
+    Φ = 0, gains α = 0.01, ``b_pre`` = −8 except +8 at stream ``k mod n`` (k = global sublayer index),
+    ``b_post`` = 0 (H_post = 1), ``b_res`` = 0 on the diagonal and −8 off it (H_res ≈ 0.999 I); ``mhc_init_gap = 0``
+    gives Megatron's all-zero bias init (H_pre = ½, H_res = J/n). Gains and biases get no weight decay (as the
+    paper's Liger backend; decaying the 0.01 gates would only pull the maps towards static), Φ is decayed. The
+    static ablation (``mhc_dynamic=False``) drops Φ and the gains: the three maps come from the learned logits
+    ``b`` alone (n² + 2n parameters per sublayer). It keeps the dynamic variant's σ / 2σ maps rather than the
+    reference's softmax pre/post (whose H_post sums to 1 and so shrinks every branch by n), so that the ablation
+    changes only the input dependence; the reference's static config also used τ = 0.05 and 10 iterations
+    (``mhc_sinkhorn_temperature`` / ``mhc_sinkhorn_iters``), the defaults here are the paper's τ = 1 and 20.
+
+    The reference code has two mHC backends that disagree (reference §8 item 5); choices here: bias outside the
+    gain (paper Eq. 7, reference native backend), RMS eps 1e-6 (paper backend and DeepSeek-V4), ``"mean"``
+    readout (paper backend; the final RMSNorm makes it equal to the sum, and the head reads what
+    ``output_hidden_states`` reports) with ``"sum"`` / ``"sum_norm"`` available, and ``o_proj`` / ``down_proj``
+    init std divided by sqrt(n) (``mhc_scale_output_init``: the reference's init for its hyper-connection
+    models, which we read as covering mHC too). With Φ = 0 and α = 0 the maps are input-independent and, with
+    zero biases and the mean readout, the model's logits equal Pre-LN's with the same shared weights.
+
+    Args:
+        mhc_num_streams: Number of residual streams n (4).
+        mhc_readout: ``"mean"`` (default), ``"sum"`` or ``"sum_norm"`` (final norm per stream, then sum).
+        mhc_dynamic: Input-dependent maps (paper); False = static ablation (logits only).
+        mhc_sinkhorn_iters: Sinkhorn-Knopp iterations (20; each is a column then a row normalisation).
+        mhc_sinkhorn_temperature: Temperature τ dividing the H_res logits before Sinkhorn (1.0).
+        mhc_gate_init: Initial value of the gains α_pre, α_post, α_res (0.01).
+        mhc_init_gap: The bias gap g of the init (8.0; 0 gives all-zero biases).
+        mhc_norm_eps: Epsilon of the flattened-stream RMS normalisation (1e-6).
+        mhc_scale_output_init: Divide the init std of every ``o_proj`` and ``down_proj`` by sqrt(n).
+    """
+
+    model_type = "depthbench_mhc"
+
+    def __init__(
+        self,
+        mhc_num_streams: int = 4,
+        mhc_readout: str = "mean",
+        mhc_dynamic: bool = True,
+        mhc_sinkhorn_iters: int = 20,
+        mhc_sinkhorn_temperature: float = 1.0,
+        mhc_gate_init: float = 0.01,
+        mhc_init_gap: float = 8.0,
+        mhc_norm_eps: float = 1e-6,
+        mhc_scale_output_init: bool = True,
+        **kwargs,
+    ):
+        self.mhc_num_streams = mhc_num_streams
+        self.mhc_readout = mhc_readout
+        self.mhc_dynamic = mhc_dynamic
+        self.mhc_sinkhorn_iters = mhc_sinkhorn_iters
+        self.mhc_sinkhorn_temperature = mhc_sinkhorn_temperature
+        self.mhc_gate_init = mhc_gate_init
+        self.mhc_init_gap = mhc_init_gap
+        self.mhc_norm_eps = mhc_norm_eps
+        self.mhc_scale_output_init = mhc_scale_output_init
+        super().__init__(**kwargs)
+
+    def validate(self) -> None:
+        super().validate()
+        self._check_positive_int("mhc_num_streams")
+        self._check_positive_int("mhc_sinkhorn_iters")
+        self._check(self.mhc_readout in READOUTS, "mhc_readout", self.mhc_readout, f"one of {list(READOUTS)}")
+        for field in ("mhc_dynamic", "mhc_scale_output_init"):
+            self._check(isinstance(getattr(self, field), bool), field, getattr(self, field), "True or False")
+        for field in ("mhc_sinkhorn_temperature", "mhc_norm_eps"):
+            value = getattr(self, field)
+            self._check(_is_number(value) and value > 0, field, value, "a positive number")
+        for field in ("mhc_gate_init", "mhc_init_gap"):
+            self._check(_is_number(getattr(self, field)), field, getattr(self, field), "a number")
+
+    def num_extra_parameters(self) -> int:
+        """Per sublayer: dynamic ``nd(n²+2n) + (n²+2n) + 3`` (Φ, b, three gains); static ``n²+2n`` (b)."""
+        n, d = self.mhc_num_streams, self.hidden_size
+        k = n * n + 2 * n
+        per_sublayer = n * d * k + k + 3 if self.mhc_dynamic else k
+        return self.num_sublayers * per_sublayer
+
+
+def sinkhorn(logits: torch.Tensor, num_iters: int, temperature: float = 1.0) -> torch.Tensor:
+    """Sinkhorn-Knopp projection of ``exp(logits / τ)`` onto the doubly stochastic matrices, in log domain, fp32.
+
+    Each iteration normalises the columns (``dim=-2``) and then the rows (``dim=-1``), so on return every row sums
+    to 1 to fp32 precision and the columns sum to 1 approximately (the error shrinks with ``num_iters``). Works on
+    any batch of square matrices [..., n, n] at once (no loop over tokens); for n = 1 the result is exactly 1.
+
+    Args:
+        logits: [..., n, n], any float dtype (upcast to fp32 inside).
+        num_iters: Number of (column, row) normalisation rounds, >= 1.
+        temperature: τ > 0.
+
+    Returns:
+        The fp32 matrices, entries >= 0, [..., n, n].
+    """
+    with full_precision(logits):
+        return _sinkhorn(upcast(logits) / temperature, num_iters).reshape(logits.shape)
+
+
+def _sinkhorn(z: torch.Tensor, num_iters: int) -> torch.Tensor:
+    """:func:`sinkhorn` on upcast, temperature-scaled logits [..., n, n]; returns [N, n, n] (N = leading dims)."""
+    n = z.shape[-1]
+    # Token-minor layout [n, n, N]: the size-n reductions become vectorised elementwise ops over N tokens
+    # (reducing a trailing dim of size 4 is ~2x slower on CPU, forward and backward).
+    z = z.reshape(-1, n, n).permute(1, 2, 0).contiguous()
+    for _ in range(num_iters):
+        z = z - _logsumexp(z, dim=0)  # columns sum to 1
+        z = z - _logsumexp(z, dim=1)  # rows sum to 1
+    return z.exp().permute(2, 0, 1)
+
+
+def _logsumexp(z: torch.Tensor, dim: int) -> torch.Tensor:
+    """``log Σ exp(z)`` over ``dim`` (kept), stabilised by the max; the max carries no gradient (it cancels)."""
+    peak = z.amax(dim, keepdim=True).detach()
+    return peak + (z - peak).exp().sum(dim, keepdim=True).log()
+
+
+class MHCResidual(Residual):
+    """Identical to Pre-LN except the stream is n streams [B, T, n, d], mixed by a manifold-constrained
+    hyper-connection::
+
+        H'_t = Σ_s H_res[t, s] H_s + H_post[t] · F(N(Σ_s H_pre[s] H_s))
+
+    ``H_pre = σ(·)``, ``H_post = 2σ(·)``, ``H_res = Sinkhorn(·)`` (rows exact) of ``α · (x̂ Φ) + b``, with ``x̂`` the
+    RMS-normalised flattened token state (computed as ``(vec(H) Φ) / rms(vec(H))``: one GEMM, no normalised copy of
+    the stream). All coefficient math runs in fp32 whatever the model dtype; the maps are applied in the model's
+    dtype. Parameters: ``phi`` [n²+2n, n·d] (= Φᵀ in ``nn.Linear`` layout, whose weight gradient is the fast GEMM
+    on CPU; rows: pre | post | res, res row-major), ``bias`` [n²+2n],
+    ``alpha_pre``, ``alpha_post``, ``alpha_res`` (scalars); the static variant has only ``bias``.
+    Paper: https://arxiv.org/abs/2512.24880.
+    """
+
+    no_decay = ("bias", "alpha_pre", "alpha_post", "alpha_res")
+
+    def __init__(self, config: MHCConfig, index: int):
+        super().__init__(config, index)
+        n, d = config.mhc_num_streams, config.hidden_size
+        self.num_streams = n
+        self.stream_index = index % n  # s*: the stream that alone feeds the branch at init
+        self.dynamic = config.mhc_dynamic
+        self.num_iters = config.mhc_sinkhorn_iters
+        self.temperature = float(config.mhc_sinkhorn_temperature)
+        self.eps = float(config.mhc_norm_eps)
+        k = n * n + 2 * n
+        if self.dynamic:
+            self.phi = nn.Parameter(torch.zeros(k, n * d))  # Φᵀ (nn.Linear layout)
+            self.alpha_pre = nn.Parameter(torch.full((), float(config.mhc_gate_init)))
+            self.alpha_post = nn.Parameter(torch.full((), float(config.mhc_gate_init)))
+            self.alpha_res = nn.Parameter(torch.full((), float(config.mhc_gate_init)))
+        self.bias = nn.Parameter(torch.zeros(k))
+        self.reset_parameters(config)
+
+    def initial_bias(self, gap: float) -> torch.Tensor:
+        """The gap-g bias: pre −g except +g at s*, post 0, res 0 on the diagonal and −g off it."""
+        n = self.num_streams
+        pre = torch.full((n,), -gap)
+        pre[self.stream_index] = gap
+        res = torch.full((n, n), -gap).fill_diagonal_(0.0)
+        return torch.cat([pre, torch.zeros(n), res.flatten()])
+
+    def reset_parameters(self, config: MHCConfig) -> None:
+        hf_init.copy_(self.bias, self.initial_bias(float(config.mhc_init_gap)).to(self.bias.device))
+        if self.dynamic:
+            hf_init.zeros_(self.phi)
+            for gain in (self.alpha_pre, self.alpha_post, self.alpha_res):
+                hf_init.constant_(gain, float(config.mhc_gate_init))
+
+    def logits(self, stream: torch.Tensor) -> torch.Tensor:
+        """Pre-activation logits ``α · (x̂ Φ) + b`` in fp32: [B,T,n²+2n] (dynamic) or [n²+2n] (static)."""
+        if not self.dynamic:
+            return upcast(self.bias)
+        n = self.num_streams
+        x = upcast(stream.flatten(-2))  # [B,T,n*d]
+        inv_rms = torch.rsqrt(torch.linalg.vector_norm(x, dim=-1, keepdim=True).square() / x.shape[-1] + self.eps)
+        m = F.linear(x, self.phi.to(x.dtype)) * inv_rms  # x̂ Φ = (x Φ) / rms(x): [B,T,n²+2n]
+        gains = torch.cat([self.alpha_pre.expand(n), self.alpha_post.expand(n), self.alpha_res.expand(n * n)])
+        return m * gains.to(x.dtype) + self.bias.to(x.dtype)
+
+    def mappings(self, stream: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The fp32 maps ``H_pre`` [..., n], ``H_post`` [..., n] and ``H_res`` [..., n, n] for ``stream``
+        [B,T,n,d]; leading dims are [B,T] (dynamic) or none (static)."""
+        n = self.num_streams
+        with full_precision(stream):
+            z = self.logits(stream)
+            h_pre = torch.sigmoid(z[..., :n])
+            h_post = 2.0 * torch.sigmoid(z[..., n:2 * n])
+            h_res = sinkhorn(z[..., 2 * n:].unflatten(-1, (n, n)), self.num_iters, self.temperature)
+        return h_pre, h_post, h_res
+
+    def forward(self, stream: torch.Tensor, norm: nn.Module, branch: Callable[..., torch.Tensor]) -> torch.Tensor:
+        h_pre, h_post, h_res = self.mappings(stream)
+        width = torch.cat([h_pre.unsqueeze(-2), h_res], dim=-2)  # [..., n+1, n]: row 0 -> branch input
+        return hyper_connection_update(stream, width, h_post, norm, branch)
+
+    def extra_repr(self) -> str:
+        return (f"index={self.index}, num_streams={self.num_streams}, stream_index={self.stream_index}, "
+                f"dynamic={self.dynamic}, sinkhorn_iters={self.num_iters}")
+
+
+class MHCWiring(HyperConnectionWiring):
+    residual_class = MHCResidual
+
+    def stream_settings(self, config: MHCConfig) -> tuple[int, str, bool]:
+        return config.mhc_num_streams, config.mhc_readout, config.mhc_scale_output_init
+
+
+class MHCModel(DepthBenchModel):
+    config_class = MHCConfig
+    wiring_class = MHCWiring
+
+
+class MHCForCausalLM(DepthBenchForCausalLM):
+    config_class = MHCConfig
+    model_class = MHCModel
+
