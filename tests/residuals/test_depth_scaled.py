@@ -1,5 +1,6 @@
-"""depth-muP (``depth_mup``): branch multiplier r = (L / L_base)^(-1/2), hand-written forward, equivalence with
-Pre-LN at L = L_base, optimizer rules, depth-width init, pre_ln transfer, interventions, config."""
+"""depth-muP (``depth_mup``, a = 1/2) and CompleteP (``completep``, a = 1): branch multiplier r = (L / L_base)^(-a),
+hand-written forward, equivalence with Pre-LN at L = L_base, optimizer rules, depth-width init, pre_ln transfer,
+interventions, config. Every test runs for both ids."""
 
 import pytest
 import torch
@@ -17,18 +18,26 @@ from norm_placement_helpers import (
 
 from depthbench.registry import build_config
 
-ARCH, EXPONENT = "depth_mup", 0.5
+CASES = [("depth_mup", 0.5, "2310.02244"), ("completep", 1.0, "2505.01618")]
 
 
-def test_multiplier_at_l16_lbase4():
+@pytest.fixture(params=CASES, ids=[c[0] for c in CASES])
+def case(request):
+    return request.param
+
+
+def test_multiplier_at_l16_lbase4(case):
+    ARCH, EXPONENT, _ = case
     config = build_config(ARCH, num_hidden_layers=16, depth_scaling_base_depth=4)
-    assert config.residual_multiplier == 0.5
+    assert config.residual_multiplier == 4**-EXPONENT  # 0.5 (depth-muP) / 0.25 (CompleteP)
     assert build_config(ARCH).depth_scaling_base_depth == 24
-    assert build_config(ARCH, num_hidden_layers=96).residual_multiplier == 0.5  # default L_base = 24
+    depth_for_half = round(24 * 2 ** (1 / EXPONENT))  # default L_base = 24
+    assert build_config(ARCH, num_hidden_layers=depth_for_half).residual_multiplier == 0.5
 
 
-def test_matches_hand_written_forward():
-    model = build(ARCH, depth_scaling_base_depth=1)  # L = 4: r = 4^(-1/2) = 0.5
+def test_matches_hand_written_forward(case):
+    ARCH, EXPONENT, _ = case
+    model = build(ARCH, depth_scaling_base_depth=1)  # L = 4: r = 4^(-a)
     r = model.config.residual_multiplier
     assert r == 4 ** -EXPONENT
 
@@ -39,21 +48,24 @@ def test_matches_hand_written_forward():
     torch.testing.assert_close(logits(model, x), reference_logits(model, x, update), rtol=1e-4, atol=1e-5)
 
 
-def test_equals_pre_ln_at_base_depth():
+def test_equals_pre_ln_at_base_depth(case):
+    ARCH, _, _ = case
     model = build(ARCH, depth_scaling_base_depth=4)
     pre = build("pre_ln", seed=4)
     assert copy_shared_weights(model, pre) == []
     torch.testing.assert_close(logits(model, ids()), logits(pre, ids()), rtol=0, atol=0)
 
 
-def test_optimizer_rules_depth_only():
+def test_optimizer_rules_depth_only(case):
+    ARCH, EXPONENT, _ = case
     config = build_config(ARCH, num_hidden_layers=16, depth_scaling_base_depth=4)
     (rule,) = config.optimizer_rules()
     assert rule["lr"] == pytest.approx(4 ** (EXPONENT - 1)) and rule["eps"] == pytest.approx(4 ** -EXPONENT)
     assert rule["weight_decay"] == 1.0
 
 
-def test_depth_width_init_and_output_multiplier():
+def test_depth_width_init_and_output_multiplier(case):
+    ARCH, _, _ = case
     model = build(ARCH, hidden_size=64, intermediate_size=176, num_hidden_layers=2, depth_scaling_axis="depth-width",
                   depth_scaling_base_width=256)  # m_N = 1/4
     m_n = model.config.width_multiplier
@@ -69,12 +81,14 @@ def test_depth_width_init_and_output_multiplier():
     torch.testing.assert_close(logits(model, x), expected, rtol=1e-5, atol=1e-6)
 
 
-def test_parameter_count_and_pre_ln_transfer(tmp_path):
+def test_parameter_count_and_pre_ln_transfer(case, tmp_path):
+    ARCH, _, _ = case
     check_parameter_count(build(ARCH), 0)
     check_pre_ln_transfer(ARCH, tmp_path, extra_suffix=None)
 
 
-def test_swap_and_skip_blocks():
+def test_swap_and_skip_blocks(case):
+    ARCH, _, _ = case
     check_swap_and_skip(build(ARCH, depth_scaling_base_depth=1), 0, 1, skip=2)
 
 
@@ -87,10 +101,12 @@ def test_swap_and_skip_blocks():
         ("depth_scaling_axis", "width-only", r"one of \['depth-only', 'depth-width'\]"),
     ],
 )
-def test_config_errors_name_field_and_allowed_values(field, value, allowed):
+def test_config_errors_name_field_and_allowed_values(case, field, value, allowed):
+    ARCH, _, _ = case
     with pytest.raises(ValueError, match=rf"{field}={value!r}.*{allowed}"):
         build_config(ARCH, **{field: value})
 
 
-def test_card():
-    check_card(ARCH, "2310.02244")
+def test_card(case):
+    ARCH, _, arxiv = case
+    check_card(ARCH, arxiv)
