@@ -1,0 +1,540 @@
+"""Speed and memory benchmark: depthbench architectures vs ``pre_ln`` vs transformers' ``LlamaForCausalLM``.
+
+    depthbench bench --arch pre_ln --shape bench-L8
+    depthbench bench --arch hc,mhc --shape bench-L8 --steps 20 --json-out bench.json
+    depthbench bench --arch all --shape tiny-L4 --steps 3 --warmup 1 --decode-tokens 8
+
+One command measures, for every requested architecture plus ``pre_ln`` and a ``LlamaForCausalLM`` of the same shape
+holding ``pre_ln``'s state dict (so the two compute identical logits; the first-step losses are printed as a check):
+
+* **train step**: wall time of forward + backward + ``AdamW.step`` + ``zero_grad`` on a fixed random batch
+  (``--batch-size`` x ``--seq-len``), after ``--warmup`` untimed steps; the median of ``--steps`` timed steps.
+  All models live in this process and are *interleaved*: timed step i runs every model once, in an order rotated by
+  i, so machine noise hits all models alike. ``--dtype bfloat16`` means bf16 autocast over fp32 weights (our
+  training recipe); ``--compile`` wraps the training forward in ``torch.compile``.
+* **decode**: greedy ``generate()`` with the KV cache from a ``--prompt-len`` random prompt for exactly
+  ``--decode-tokens`` new tokens (no EOS), for each ``--decode-batch-sizes``; tokens/s = batch x new tokens / wall
+  time (prefill included); median over ``--decode-repeats`` interleaved repeats after one untimed warmup call.
+* **peak memory** of a training run (model, gradients, AdamW state, activations, allocator caches) in isolation:
+  on CUDA ``torch.cuda.max_memory_allocated`` minus the memory allocated before the model was built; on CPU each
+  model runs in a fresh process, forked from a worker (``python -m depthbench.bench --memory-worker``) that has
+  imported everything but never run a torch kernel (forking after OpenMP has run can deadlock). The child resets the
+  kernel's peak-RSS mark (``/proc/self/clear_refs``), builds the model and AdamW and runs warmup + 2 train steps; the
+  result is the peak RSS (``VmHWM``) minus the RSS before the build, i.e. parameters, gradients, optimizer state,
+  activations and allocator overhead (a tiny untimed run of the same architecture first pages in the libraries'
+  code, so that is not counted). Without ``/proc`` the child reports its ``ru_maxrss`` growth instead (without
+  ``os.fork``, one fresh worker process per model).
+
+Ratios: ``train_time_ratio_vs_*`` = median step time / reference median step time (> 1 is slower), with two
+noise-robust companions, ``train_time_ratio_paired_vs_*`` (median over i of step_i / reference step_i, the two steps
+having run back to back) and ``train_time_ratio_min_vs_*`` (fastest step / reference fastest step);
+``decode_speed_ratio_vs_*`` = tokens/s / reference tokens/s (< 1 is slower); ``peak_mem_ratio_vs_*`` = peak /
+reference peak. The table goes to stdout, followed by one JSON object per model on its own line (``grep '^{'``),
+and ``--json-out`` writes them all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import ctypes.util
+import gc
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+
+import torch
+
+LLAMA = "llama"
+"""Name of the transformers ``LlamaForCausalLM`` reference in results."""
+REFERENCE = "pre_ln"
+
+
+@dataclass
+class BenchSettings:
+    """Everything a benchmark run depends on (recorded in every JSON line)."""
+
+    shape: str = "bench-L8"
+    batch_size: int = 8
+    seq_len: int = 256
+    steps: int = 10
+    warmup: int = 2
+    dtype: str = "float32"
+    device: str = "cpu"
+    compile: bool = False
+    decode_tokens: int = 32
+    decode_batch_sizes: list[int] = field(default_factory=lambda: [1, 4])
+    prompt_len: int = 16
+    decode_repeats: int = 3
+    threads: int = 0  # 0: keep torch's current setting
+    attn_implementation: str = "sdpa"
+    memory: bool = True
+    seed: int = 0
+    lr: float = 1e-4
+
+
+# ================================================================================================ models
+def _shape_fields(settings: BenchSettings) -> dict:
+    from depthbench.shapes import get_shape
+
+    fields = get_shape(settings.shape).config_fields()
+    fields["max_position_embeddings"] = max(settings.seq_len, settings.prompt_len + settings.decode_tokens)
+    return fields
+
+
+def _llama_from(config) -> torch.nn.Module:
+    """A ``LlamaForCausalLM`` with the same shape, norm eps, RoPE base and attention backend as ``config``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    llama_config = LlamaConfig(
+        vocab_size=config.vocab_size, hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers, num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_key_value_heads, head_dim=config.head_dim,
+        max_position_embeddings=config.max_position_embeddings, rms_norm_eps=config.rms_norm_eps,
+        rope_parameters={"rope_type": "default", "rope_theta": float(config.rope_theta)},
+        tie_word_embeddings=config.tie_word_embeddings, hidden_act=config.hidden_act, attention_bias=False,
+        mlp_bias=False, initializer_range=config.initializer_range, bos_token_id=None, eos_token_id=None,
+        pad_token_id=None, attn_implementation=config._attn_implementation,
+    )
+    return LlamaForCausalLM(llama_config)
+
+
+def build_models(names: list[str], settings: BenchSettings, share_weights: bool = True) -> dict[str, torch.nn.Module]:
+    """``{name: model}`` on ``settings.device``, each built from ``settings.seed``. ``"llama"`` gets ``pre_ln``'s
+    state dict (``share_weights``; a temporary ``pre_ln`` is built when it is not in ``names``). Architectures keep
+    their own init."""
+    from depthbench.registry import build_config, build_model
+
+    fields = _shape_fields(settings)
+    models: dict[str, torch.nn.Module] = {}
+    for name in names:
+        torch.manual_seed(settings.seed)
+        if name == LLAMA:
+            config = build_config(REFERENCE, attn_implementation=settings.attn_implementation, **fields)
+            model = _llama_from(config)
+            if share_weights:
+                reference = models.get(REFERENCE) or build_model(REFERENCE, config=config)
+                model.load_state_dict(reference.state_dict(), strict=True)
+        else:
+            model = build_model(name, attn_implementation=settings.attn_implementation, **fields)
+        models[name] = model.to(settings.device)
+    return models
+
+
+def _autocast(settings: BenchSettings):
+    if settings.dtype == "float32":
+        return contextlib.nullcontext()
+    device_type = torch.device(settings.device).type
+    return torch.autocast(device_type=device_type, dtype=getattr(torch, settings.dtype))
+
+
+def _sync(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+class _Trainer:
+    """One model + AdamW + the fixed batch; ``step()`` runs and returns one timed training step."""
+
+    def __init__(self, model: torch.nn.Module, settings: BenchSettings, batch: torch.Tensor):
+        self.model, self.settings, self.batch = model, settings, batch
+        self.forward = torch.compile(model) if settings.compile else model
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.95), weight_decay=0.1)
+        self.losses: list[float] = []
+
+    def step(self) -> float:
+        self.model.train()
+        _sync(self.settings.device)
+        start = time.perf_counter()
+        with _autocast(self.settings):
+            loss = self.forward(input_ids=self.batch, labels=self.batch, use_cache=False).loss
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        _sync(self.settings.device)
+        elapsed = time.perf_counter() - start
+        self.losses.append(float(loss.detach()))
+        return elapsed
+
+
+def _batch(settings: BenchSettings, vocab_size: int, batch_size: int, seq_len: int, offset: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(settings.seed + 1 + offset)
+    return torch.randint(0, vocab_size, (batch_size, seq_len), generator=generator).to(settings.device)
+
+
+@torch.no_grad()
+def _decode_once(model: torch.nn.Module, prompt: torch.Tensor, settings: BenchSettings) -> float:
+    model.eval()
+    _sync(settings.device)
+    start = time.perf_counter()
+    with _autocast(settings):
+        out = model.generate(
+            input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=settings.decode_tokens,
+            do_sample=False, use_cache=True, pad_token_id=0, eos_token_id=None,
+        )
+    _sync(settings.device)
+    elapsed = time.perf_counter() - start
+    if out.shape[1] != prompt.shape[1] + settings.decode_tokens:
+        raise RuntimeError(f"generate() returned {out.shape[1] - prompt.shape[1]} new tokens, "
+                           f"expected {settings.decode_tokens}")
+    return elapsed
+
+
+# ================================================================================================ memory
+def _proc_status_kb(key: str) -> int | None:
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark (VmHWM) to the current RSS (Linux >= 4.0); False if unavailable."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return _proc_status_kb("VmHWM") is not None
+    except OSError:
+        return False
+
+
+def _release_free_memory() -> None:
+    """Return freed heap pages to the OS (glibc ``malloc_trim``), so they cannot hide the next run's growth."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+
+
+def _ru_maxrss_bytes() -> int:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss if sys.platform == "darwin" else rss * 1024  # bytes on macOS, KiB on Linux
+
+
+def _train_memory_run(name: str, settings: BenchSettings) -> None:
+    """Build ``name`` + AdamW and run warmup + 2 train steps (what the memory measurement observes)."""
+    model = build_models([name], settings, share_weights=False)[name]
+    trainer = _Trainer(model, settings, _batch(settings, model.config.vocab_size, settings.batch_size,
+                                               settings.seq_len))
+    for _ in range(settings.warmup + 2):
+        trainer.step()
+
+
+def _measure_here(name: str, settings_dict: dict) -> dict:
+    """Peak RSS growth of one model's training run in *this* process (a fresh child of the memory worker)."""
+    try:
+        settings = BenchSettings(**settings_dict)
+        if settings.threads:
+            torch.set_num_threads(settings.threads)
+        # Page in the kernels' code and one-off buffers (MKL, oneDNN, autograd) with a tiny run of the same
+        # architecture, so the measurement is the model's memory rather than library loading.
+        _train_memory_run(name, replace(settings, shape="tiny-L2", batch_size=1, seq_len=8, warmup=0, compile=False))
+        gc.collect()
+        _release_free_memory()
+        if _reset_peak_rss():
+            method, baseline = "VmHWM after clear_refs minus VmRSS", _proc_status_kb("VmRSS") * 1024
+            _train_memory_run(name, settings)
+            peak = _proc_status_kb("VmHWM") * 1024
+        else:
+            method, baseline = "ru_maxrss growth over the post-import value", _ru_maxrss_bytes()
+            _train_memory_run(name, settings)
+            peak = _ru_maxrss_bytes()
+        return {"peak_mem_bytes": peak - baseline, "peak_mem_method": f"cpu child process: {method}"}
+    except Exception as exc:  # report the failure in the result instead of dying silently
+        return {"peak_mem_bytes": None, "peak_mem_method": f"failed: {type(exc).__name__}: {exc}"}
+
+
+def _memory_worker(forking: bool) -> None:
+    """``python -m depthbench.bench --memory-worker``: read one JSON request per stdin line, answer one JSON line.
+
+    The worker imports depthbench but never runs a torch kernel, so it can ``fork`` safely (forking a process whose
+    OpenMP pool has run deadlocks the child); each request is measured in a fresh fork. Without ``os.fork`` the
+    worker measures a single request itself and exits (the parent starts one worker per model).
+    """
+    import transformers.models.llama.modeling_llama  # noqa: F401  (import once here, not in every child)
+
+    import depthbench.registry  # noqa: F401
+    import depthbench.shapes  # noqa: F401
+
+    out = sys.stdout
+    for line in sys.stdin:
+        request = json.loads(line)
+        if not forking:
+            out.write(json.dumps(_measure_here(request["name"], request["settings"])) + "\n")
+            out.flush()
+            return
+        pid = os.fork()
+        if pid == 0:  # child: measure, answer, leave without running the parent's cleanup
+            code = 1
+            try:
+                out.write(json.dumps(_measure_here(request["name"], request["settings"])) + "\n")
+                out.flush()
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if status != 0:
+            out.write(json.dumps({"peak_mem_bytes": None,
+                                  "peak_mem_method": f"failed: child exited with status {status}"}) + "\n")
+            out.flush()
+
+
+class _MemoryWorker:
+    """Parent side of :func:`_memory_worker` (one worker process per benchmark run, or per model without fork)."""
+
+    def __init__(self):
+        self.forking = hasattr(os, "fork")
+        self.process: subprocess.Popen | None = None
+
+    def _start(self) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "depthbench.bench", "--memory-worker"] + ([] if self.forking else ["--no-fork"])
+        return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+
+    def measure(self, name: str, settings: BenchSettings) -> dict:
+        if self.process is None or self.process.poll() is not None:
+            self.process = self._start()
+        self.process.stdin.write(json.dumps({"name": name, "settings": asdict(settings)}) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not self.forking:
+            self.close()
+        if not line:
+            return {"peak_mem_bytes": None, "peak_mem_method": "failed: the memory worker exited without a result"}
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.process is not None:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+            self.process.wait(timeout=60)
+            self.process = None
+
+
+def measure_peak_memory(names: list[str], settings: BenchSettings) -> dict[str, dict]:
+    """``{name: {"peak_mem_bytes", "peak_mem_method"}}``: each model's training run measured in isolation."""
+    results = {}
+    if torch.device(settings.device).type == "cuda":
+        for name in names:
+            gc.collect()
+            torch.cuda.empty_cache()
+            baseline = torch.cuda.memory_allocated(settings.device)
+            torch.cuda.reset_peak_memory_stats(settings.device)
+            _train_memory_run(name, settings)
+            peak = torch.cuda.max_memory_allocated(settings.device)
+            results[name] = {"peak_mem_bytes": peak - baseline,
+                             "peak_mem_method": "cuda max_memory_allocated minus baseline"}
+        gc.collect()
+        torch.cuda.empty_cache()
+        return results
+    worker = _MemoryWorker()
+    try:
+        for name in names:
+            results[name] = worker.measure(name, settings)
+    finally:
+        worker.close()
+    return results
+
+
+# ================================================================================================ benchmark
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else round(a / b, 4)
+
+
+def run_benchmark(archs: list[str], settings: BenchSettings) -> list[dict]:
+    """Benchmark ``archs`` plus ``pre_ln`` and Llama; returns one result dict per model (reference models first)."""
+    from depthbench.registry import resolve_archs
+
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    settings.threads = torch.get_num_threads()
+    names = [REFERENCE, LLAMA] + [a for a in resolve_archs(archs) if a != REFERENCE]
+    fields = _shape_fields(settings)
+
+    # Memory first: CPU children are forked from a clean server, and nothing else is resident on CUDA yet.
+    if settings.memory:
+        memory = measure_peak_memory(names, settings)
+    else:
+        memory = {name: {"peak_mem_bytes": None, "peak_mem_method": "skipped (--no-memory)"} for name in names}
+
+    models = build_models(names, settings)
+    vocab = fields["vocab_size"]
+    batch = _batch(settings, vocab, settings.batch_size, settings.seq_len)
+    trainers = {name: _Trainer(model, settings, batch) for name, model in models.items()}
+    order = list(names)
+    step_times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(settings.warmup + settings.steps):
+        shift = i % len(order)
+        for name in order[shift:] + order[:shift]:
+            elapsed = trainers[name].step()
+            if i >= settings.warmup:
+                step_times[name].append(elapsed)
+
+    decode_times: dict[str, dict[int, list[float]]] = {name: {} for name in names}
+    for bs_index, bs in enumerate(settings.decode_batch_sizes):
+        prompt = _batch(settings, vocab, bs, settings.prompt_len, offset=100 + bs_index)
+        for name in names:  # untimed warmup
+            _decode_once(models[name], prompt, settings)
+        for r in range(settings.decode_repeats):
+            shift = r % len(order)
+            for name in order[shift:] + order[:shift]:
+                decode_times[name].setdefault(bs, []).append(_decode_once(models[name], prompt, settings))
+
+    results = []
+    for name in names:
+        model = models[name]
+        median = _median(step_times[name])
+        decode = {str(bs): round(bs * settings.decode_tokens / _median(times), 2)
+                  for bs, times in decode_times[name].items()}
+        results.append({
+            "bench": "depthbench",
+            "model": name,
+            "kind": "transformers.LlamaForCausalLM" if name == LLAMA else f"depthbench.{name}",
+            "shape": settings.shape,
+            "params": sum(p.numel() for p in model.parameters()),
+            "first_loss": trainers[name].losses[0] if trainers[name].losses else None,
+            "train_step_s_median": median,
+            "train_step_s_min": min(step_times[name]) if step_times[name] else None,
+            "train_step_s": [round(t, 6) for t in step_times[name]],
+            "train_tokens_per_s": None if not median else round(settings.batch_size * settings.seq_len / median, 1),
+            "decode_tokens_per_s": decode,
+            **memory[name],
+            "settings": asdict(settings),
+            "torch": torch.__version__,
+            "platform": platform.platform(),
+        })
+    by_name = {r["model"]: r for r in results}
+    for r in results:
+        for ref in (REFERENCE, LLAMA):
+            other = by_name[ref]
+            r[f"train_time_ratio_vs_{ref}"] = _ratio(r["train_step_s_median"], other["train_step_s_median"])
+            # Noise-robust companions: the median of per-step ratios (timed step i of both models ran back to
+            # back) and the ratio of the fastest steps.
+            pairs = [a / b for a, b in zip(r["train_step_s"], other["train_step_s"]) if b > 0]
+            r[f"train_time_ratio_paired_vs_{ref}"] = round(_median(pairs), 4) if pairs else None
+            r[f"train_time_ratio_min_vs_{ref}"] = _ratio(r["train_step_s_min"], other["train_step_s_min"])
+            r[f"decode_speed_ratio_vs_{ref}"] = {bs: _ratio(v, other["decode_tokens_per_s"].get(bs))
+                                                  for bs, v in r["decode_tokens_per_s"].items()}
+            r[f"peak_mem_ratio_vs_{ref}"] = _ratio(r["peak_mem_bytes"], other["peak_mem_bytes"])
+    return results
+
+
+def format_results(results: list[dict]) -> str:
+    """The human-readable table: step time, decode speed and peak memory with ratios vs pre_ln and Llama."""
+    def num(x, spec):
+        return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+    sizes = list(results[0]["decode_tokens_per_s"]) if results else []
+    header = ["model", "params", "step ms", "vs pre_ln", "vs llama", "paired vs llama", "train tok/s"]
+    header += [f"dec tok/s bs{bs}" for bs in sizes] + [f"vs pre_ln bs{bs}" for bs in sizes]
+    header += ["peak MB", "mem vs pre_ln", "first loss"]
+    body = []
+    for r in results:
+        median = r["train_step_s_median"]
+        line = [r["model"], f"{r['params'] / 1e6:.2f}M", num(None if median is None else 1e3 * median, ".1f"),
+                num(r["train_time_ratio_vs_pre_ln"], ".3f"), num(r["train_time_ratio_vs_llama"], ".3f"),
+                num(r["train_time_ratio_paired_vs_llama"], ".3f"), num(r["train_tokens_per_s"], ".0f")]
+        line += [num(r["decode_tokens_per_s"].get(bs), ".1f") for bs in sizes]
+        line += [num(r["decode_speed_ratio_vs_pre_ln"].get(bs), ".3f") for bs in sizes]
+        mem = r["peak_mem_bytes"]
+        line += [num(None if mem is None else mem / 2**20, ".0f"), num(r["peak_mem_ratio_vs_pre_ln"], ".3f"),
+                 num(r["first_loss"], ".4f")]
+        body.append(line)
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+                     for row in [header, *body])
+
+
+# ================================================================================================ CLI
+def _int_list(text: str) -> list[int]:
+    values = [int(x) for x in text.split(",") if x.strip()]
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a comma-separated list of positive integers")
+    return values
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from depthbench.registry import resolve_archs
+    from depthbench.shapes import get_shape
+
+    archs = resolve_archs(args.arch)  # unknown ids raise ValueError listing the valid ones
+    get_shape(args.shape)
+    for name in ("batch_size", "seq_len", "steps", "decode_tokens", "prompt_len", "decode_repeats"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')}={getattr(args, name)} is not allowed: it must be >= 1.")
+    if args.warmup < 0 or args.threads < 0:
+        raise ValueError("--warmup and --threads must be >= 0.")
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device={args.device!r} is not allowed: CUDA is not available here (use cpu).")
+    settings = BenchSettings(
+        shape=args.shape, batch_size=args.batch_size, seq_len=args.seq_len, steps=args.steps, warmup=args.warmup,
+        dtype=args.dtype, device=args.device, compile=args.compile, decode_tokens=args.decode_tokens,
+        decode_batch_sizes=args.decode_batch_sizes, prompt_len=args.prompt_len, decode_repeats=args.decode_repeats,
+        threads=args.threads, attn_implementation=args.attn_implementation, memory=not args.no_memory,
+        seed=args.seed,
+    )
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    print(f"# depthbench bench: shape {settings.shape}, batch {settings.batch_size} x {settings.seq_len}, "
+          f"{settings.steps} timed steps after {settings.warmup} warmup, dtype {settings.dtype}, "
+          f"device {settings.device}, torch threads {torch.get_num_threads()} (torch.set_num_threads), "
+          f"interop threads {torch.get_num_interop_threads()}, attention {settings.attn_implementation}, "
+          f"compile {settings.compile}, torch {torch.__version__}", flush=True)
+    results = run_benchmark(archs, settings)
+    print(format_results(results))
+    for r in results:
+        print(json.dumps(r, sort_keys=False))
+    if args.json_out:
+        with open(args.json_out, "w") as handle:
+            json.dump(results, handle, indent=1)
+    return 0
+
+
+def register_cli(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``depthbench bench``."""
+    p = subparsers.add_parser(
+        "bench",
+        help="train-step time, decode speed and peak memory vs pre_ln and LlamaForCausalLM",
+        description="Benchmark architectures against pre_ln and transformers' LlamaForCausalLM (same shape, same "
+        "state dict as pre_ln) in one process, interleaving the models; see `python -m pydoc depthbench.bench`.",
+    )
+    p.add_argument("--arch", default=REFERENCE, help="architecture id(s): one id, a comma-separated list, or 'all'")
+    p.add_argument("--shape", default="bench-L8", help="named shape <grid>-L<depth> (default bench-L8, ~20M params)")
+    p.add_argument("--batch-size", type=int, default=8, help="training batch size (default 8)")
+    p.add_argument("--seq-len", type=int, default=256, help="training sequence length (default 256)")
+    p.add_argument("--steps", type=int, default=10, help="timed training steps per model (default 10)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed warmup steps per model (default 2)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="float32, or bfloat16 autocast over fp32 weights (default float32)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
+    p.add_argument("--compile", action="store_true", help="torch.compile the training forward")
+    p.add_argument("--decode-tokens", type=int, default=32, help="new tokens per generate() call (default 32)")
+    p.add_argument("--decode-batch-sizes", type=_int_list, default=[1, 4], help="decode batch sizes (default 1,4)")
+    p.add_argument("--prompt-len", type=int, default=16, help="decode prompt length (default 16)")
+    p.add_argument("--decode-repeats", type=int, default=3, help="timed generate() calls per batch size (default 3)")
+    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default 0: keep torch's default)")
+    p.add_argument("--attn-implementation", default="sdpa", choices=["sdpa", "eager"], help="attention backend")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
+    p.add_argument("--seed", type=int, default=0, help="init and data seed")
+    p.add_argument("--json-out", help="also write all results to this JSON file")
+    p.set_defaults(func=_cmd_bench)
+
+
+if __name__ == "__main__":
+    if "--memory-worker" in sys.argv:
+        _memory_worker(forking="--no-fork" not in sys.argv)
+    else:
+        sys.exit("usage: depthbench bench ... (this module's own entry point only serves the memory worker)")
