@@ -13,8 +13,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     package_dir={"depthbench": "src/depthbench", "depthbench.modeling": "modeling"},
-    packages=["depthbench", "depthbench.modeling", "depthbench.analysis"],
-    package_data={"depthbench": ["configs/*.yaml", "assets/*"]},
+    packages=["depthbench", "depthbench.modeling"],
+    package_data={"depthbench": ["configs/*.yaml"]},
     install_requires=[
         "torch>=2.4",
         "transformers>=5.23,<5.25",
@@ -26,13 +26,13 @@ setup(
         "lm-eval>=0.4.13",
         "tokenizers>=0.21",
         "numpy",
+        "matplotlib>=3.7",  # the sweep's plots are part of its results
         "pyyaml",
         "tqdm",
     ],
     extras_require={
-        "plot": ["matplotlib>=3.7"],
         "track": ["tensorboard", "wandb"],
-        "test": ["pytest>=8", "pytest-timeout", "matplotlib>=3.7", "tensorboard", "ruff", "pyarrow"],
+        "test": ["pytest>=8", "tensorboard", "ruff", "pyarrow"],
     },
     entry_points={"console_scripts": ["depthbench=depthbench.cli:main"]},
 )

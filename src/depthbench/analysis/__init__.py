@@ -1,1 +1,0 @@
-"""Layer analyses (angular distance, causal/permutation/usefulness scores, ...)."""
