@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import TINY_FIELDS, make_train_data
 
 from depthbench import train as train_mod
 from depthbench.config import RunConfigError, load_run_config
@@ -21,30 +22,9 @@ from depthbench.registry import build_model
 from depthbench.train import NonFiniteLossError, lr_lambda, param_groups, train
 
 CONFIG_DIR = Path(train_mod.__file__).parent / "configs"
-TINY_FIELDS = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-               "max_position_embeddings": 64}
-
-
-def make_data(path: Path, max_topics: int = 40) -> Path:
-    """A small prepared corpus (train, eval, eval_synthetic splits) with a 300-token BPE tokenizer."""
-    from pydoc_data.topics import topics
-
-    from depthbench.data import make_tiny_tokenizer, prepare_data
-
-    paragraphs = [" ".join(p.split()) for t in list(topics.values())[:max_topics] for p in t.split("\n\n")]
-    src = path.parent / f"{path.name}_src"
-    src.mkdir(parents=True, exist_ok=True)
-    (src / "train.txt").write_text("\n".join(p for p in paragraphs if p) + "\n")
-    (src / "synthetic.txt").write_text("".join(f"{i} plus {i} is {2 * i}.\n" for i in range(300)))
-    tok = make_tiny_tokenizer(paragraphs, vocab_size=300)
-    prepare_data([str(src / "train.txt")], tok, str(path), eval_fraction=0.1,
-                 extra_splits={"eval_synthetic": [str(src / "synthetic.txt")]}, progress=False)
-    return path
-
-
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
-    return make_data(tmp_path_factory.mktemp("train_data") / "data")
+    return make_train_data(tmp_path_factory.mktemp("train_data") / "data")
 
 
 def tiny_run(data_dir: Path, out: Path, *overrides: str):

@@ -15,27 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import TINY_FIELDS, make_train_data
 from safetensors.torch import load_file
 
 from depthbench.config import load_run_config
 from depthbench.train import train
-
-TINY_FIELDS = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-               "max_position_embeddings": 64}
-
-
-def make_data(path: Path) -> Path:
-    """A small prepared corpus (train + eval) with a 300-token BPE tokenizer."""
-    from pydoc_data.topics import topics
-
-    from depthbench.data import make_tiny_tokenizer, prepare_data
-
-    paragraphs = [" ".join(p.split()) for t in list(topics.values())[:40] for p in t.split("\n\n")]
-    src = path.parent / "src.txt"
-    src.write_text("\n".join(p for p in paragraphs if p) + "\n")
-    prepare_data([str(src)], make_tiny_tokenizer(paragraphs, vocab_size=300), str(path), eval_fraction=0.1,
-                 progress=False)
-    return path
 
 
 def run_dict(data_dir: Path, out: Path) -> dict:
@@ -55,7 +39,7 @@ def rows(out: Path) -> list[dict]:
 
 
 def test_two_processes_match_one(tmp_path):
-    data_dir = make_data(tmp_path / "data")
+    data_dir = make_train_data(tmp_path / "data")
     single = tmp_path / "single"
     train(load_run_config(run_dict(data_dir, single)))
 
