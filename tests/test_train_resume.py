@@ -177,3 +177,13 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path):
     resumed = train(load_run_config(cfg, ["resume=true", f"train.stop_at_step={step + 1}"]))
     assert resumed["steps"] == step + 1
     assert sorted(losses(out)) == list(range(1, step + 2))
+
+
+def test_resuming_a_finished_run_changes_nothing(data_dir, tmp_path):
+    out = tmp_path / "run"
+    first = train(load_run_config(run_dict(data_dir, out), ["train.max_steps=2"]))
+    assert first["status"] == "finished"
+    before = (out / "summary.json").read_bytes()
+    again = train(load_run_config(run_dict(data_dir, out), ["train.max_steps=2", "resume=true"]))
+    assert again == json.loads(before)
+    assert (out / "summary.json").read_bytes() == before

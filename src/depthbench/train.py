@@ -116,6 +116,10 @@ def train(cfg: RunConfig) -> dict:
     run = _Run(cfg)
     stop = _StopFlag(run.accelerator)
     state, cfg = run.state, run.cfg
+    if state.step >= run.max_steps:  # resuming a run that already finished: keep its summary and export as they are
+        previous = run.finished_summary()
+        if previous is not None:
+            return previous
     batches = run.loader.global_micro_batches()
     status, t_session, timings = "finished", time.perf_counter(), []
     with stop.installed(), run.progress_bar() as bar:
@@ -382,6 +386,23 @@ class _Run:
             f"or resume from the checkpoint with different settings.")
 
     # ------------------------------------------------------------------------------------------------ finish
+    def finished_summary(self) -> dict | None:
+        """The stored summary of this run if it already finished (``None`` otherwise); closes the trackers."""
+        path = os.path.join(self.cfg.output_dir, "summary.json")
+        if not os.path.exists(path):
+            return None
+        with open(path, encoding="utf-8") as f:
+            summary = json.load(f)
+        if summary.get("status") != "finished":
+            return None
+        if self.main:
+            print(f"depthbench train: {self.cfg.output_dir} already finished at step {summary.get('steps')}; "
+                  "nothing to do (summary.json and final/ left unchanged)", file=sys.stderr)
+        for tracker in self.accelerator.trackers:
+            tracker.finish()
+        self.accelerator.wait_for_everyone()
+        return summary
+
     def finish(self, status: str, session_time: float, timings: list, signal_name: str | None) -> dict:
         acc = self.accelerator
         final_dir = None
