@@ -32,6 +32,7 @@ from helpers import (
 )
 from safetensors.torch import load_file
 from transformers import AutoConfig, DynamicCache
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from depthbench.registry import ARCHITECTURES
 
@@ -39,6 +40,10 @@ ARCH = pytest.mark.parametrize("arch_id", ARCH_IDS)
 ATOL = 1e-5  # fp32 agreement of two computations of the same function
 REFERENCE = "pre_ln"  # the Llama-equivalent architecture whose checkpoints every architecture loads by name
 NUM_LAYERS = TINY["num_hidden_layers"]
+
+
+# The keyword generate() takes a cache under: `cache` in transformers 5.24, `past_key_values` in 5.23.
+_GENERATE_CACHE_KW = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 def _cache_of(output):
@@ -278,7 +283,7 @@ def test_generate_continues_from_returned_cache(arch_id):
     first = _greedy(model, ids, 4, return_dict_in_generate=True)
     cache = _cache_of(first)
     assert cache is not None
-    continued = _greedy(model, first.sequences, 4, cache=cache)
+    continued = _greedy(model, first.sequences, 4, **{_GENERATE_CACHE_KW: cache})
     reference = _greedy(model, ids, 8)
     assert torch.equal(continued, reference)
 

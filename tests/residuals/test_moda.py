@@ -328,7 +328,9 @@ def test_generation_with_cache_incremental_and_left_padding(attn_implementation)
         out = model(cached[:, :6], use_cache=True)
         steps = [out.logits]
         for pos in range(6, cached.shape[1]):
-            out = model(cached[:, pos:pos + 1], cache=out.cache, use_cache=True)
+            cache = getattr(out, "cache", None)  # transformers 5.24 field name ...
+            cache = out.past_key_values if cache is None else cache  # ... and 5.23's
+            out = model(cached[:, pos:pos + 1], cache=cache, use_cache=True)
             steps.append(out.logits)
         assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
         # left-padded batch == each sequence alone
