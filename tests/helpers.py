@@ -180,3 +180,23 @@ def make_train_data(path: Path, max_topics: int = 40) -> Path:
     prepare_data([str(src / "train.txt")], tok, str(path), eval_fraction=0.1,
                  extra_splits={"eval_synthetic": [str(src / "synthetic.txt")]}, progress=False)
     return path
+
+
+# ------------------------------------------------------------------------------ per-architecture math tests
+def build_tiny(arch_id: str, fields: dict[str, Any], seed: int = 0, **overrides: Any):
+    """A fresh fp32 eval-mode model of ``arch_id`` from ``fields`` plus ``overrides`` (deterministic in ``seed``);
+    the per-architecture test files pass their own small shape as ``fields``."""
+    torch.manual_seed(seed)
+    arch = ARCHITECTURES[arch_id]
+    return arch.causal_lm_class(arch.config_class(**{**fields, **overrides})).float().eval()
+
+
+def seeded_ids(vocab_size: int, batch: int, length: int, seed: int, low: int = 1) -> torch.Tensor:
+    """Deterministic token ids in ``[low, vocab_size)`` of shape ``[batch, length]``."""
+    return torch.randint(low, vocab_size, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+@torch.no_grad()
+def eval_logits(model, input_ids: torch.Tensor) -> torch.Tensor:
+    """Logits of a full forward without a KV cache."""
+    return model(input_ids=input_ids, use_cache=False).logits

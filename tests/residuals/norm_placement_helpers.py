@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from helpers import build_tiny, eval_logits, seeded_ids
 
-import depthbench
 from depthbench.registry import get
 
 TINY: dict[str, Any] = {
@@ -26,18 +26,14 @@ TINY: dict[str, Any] = {
 
 def build(arch_id: str, seed: int = 0, **overrides: Any) -> torch.nn.Module:
     """A tiny fp32 causal LM of ``arch_id`` in eval mode, deterministic in ``seed``."""
-    torch.manual_seed(seed)
-    return depthbench.build_model(arch_id, **{**TINY, **overrides}).float().eval()
+    return build_tiny(arch_id, TINY, seed, **overrides)
 
 
 def ids(batch: int = 2, length: int = 9, seed: int = 0) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randint(0, TINY["vocab_size"], (batch, length), generator=generator)
+    return seeded_ids(TINY["vocab_size"], batch, length, seed, low=0)
 
 
-@torch.no_grad()
-def logits(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
-    return model(input_ids=input_ids, use_cache=False).logits
+logits = eval_logits
 
 
 def copy_shared_weights(src: torch.nn.Module, dst: torch.nn.Module) -> list[str]:

@@ -13,8 +13,9 @@ import math
 import pytest
 import torch
 from depthbench.modeling import modeling_attnres as ar
+from helpers import build_tiny, eval_logits, seeded_ids
 
-from depthbench.registry import build_config, build_model, get
+from depthbench.registry import build_config, get
 
 TINY = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4)
 L = TINY["num_hidden_layers"]
@@ -22,17 +23,14 @@ D = TINY["hidden_size"]
 
 
 def build(arch: str, seed: int = 0, **overrides):
-    torch.manual_seed(seed)
-    return build_model(arch, **{**TINY, **overrides}).eval()
+    return build_tiny(arch, TINY, seed, **overrides)
 
 
 def ids(batch: int = 2, length: int = 7, seed: int = 1) -> torch.Tensor:
-    return torch.randint(1, TINY["vocab_size"], (batch, length), generator=torch.Generator().manual_seed(seed))
+    return seeded_ids(TINY["vocab_size"], batch, length, seed)
 
 
-@torch.no_grad()
-def logits(model, input_ids) -> torch.Tensor:
-    return model(input_ids=input_ids, use_cache=False).logits
+logits = eval_logits
 
 
 def mixers(model) -> dict[str, torch.nn.Module]:

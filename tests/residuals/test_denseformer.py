@@ -11,25 +11,23 @@ from __future__ import annotations
 import pytest
 import torch
 from depthbench.modeling.modeling_denseformer import DenseFormerStream, depth_weighted_average
+from helpers import build_tiny, eval_logits, seeded_ids
 
-from depthbench.registry import build_config, build_model
+from depthbench.registry import build_config
 
 TINY = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4)
 L = TINY["num_hidden_layers"]
 
 
 def build(arch: str = "denseformer", seed: int = 0, **overrides):
-    torch.manual_seed(seed)
-    return build_model(arch, **{**TINY, **overrides}).eval()
+    return build_tiny(arch, TINY, seed, **overrides)
 
 
 def ids(batch: int = 2, length: int = 7, seed: int = 1) -> torch.Tensor:
-    return torch.randint(1, TINY["vocab_size"], (batch, length), generator=torch.Generator().manual_seed(seed))
+    return seeded_ids(TINY["vocab_size"], batch, length, seed)
 
 
-@torch.no_grad()
-def logits(model, input_ids) -> torch.Tensor:
-    return model(input_ids=input_ids, use_cache=False).logits
+logits = eval_logits
 
 
 def dwa_modules(model) -> dict[int, torch.nn.Module]:

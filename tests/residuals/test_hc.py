@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 from depthbench.modeling.modeling_hc import HCConfig, HCResidual, hyper_connection_update
+from helpers import build_tiny, seeded_ids
 
 from depthbench.registry import build_model
 
@@ -17,12 +18,11 @@ SHAPE = dict(vocab_size=128, hidden_size=32, intermediate_size=96, num_hidden_la
 
 
 def _ids(batch: int = 2, length: int = 9, seed: int = 0) -> torch.Tensor:
-    return torch.randint(0, SHAPE["vocab_size"], (batch, length), generator=torch.Generator().manual_seed(seed))
+    return seeded_ids(SHAPE["vocab_size"], batch, length, seed, low=0)
 
 
 def _hc(seed: int = 0, **fields):
-    torch.manual_seed(seed)
-    return build_model("hc", **{**SHAPE, **fields}).eval()
+    return build_tiny("hc", SHAPE, seed, **fields)
 
 
 def _pre_ln_with_shared_weights(model):
