@@ -29,6 +29,8 @@ COMMAND_MODULES: list[str] = [
     "depthbench.data",  # prepare-data
     "depthbench.train",  # train
     "depthbench.sweep",  # sweep, report
+    "depthbench.evaluation",  # eval
+    "depthbench.sft",  # sft
     # (new command modules: one line above this comment)
 ]
 """Modules that contribute subcommands (each defines ``register_cli(subparsers)``)."""
