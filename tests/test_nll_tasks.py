@@ -41,7 +41,8 @@ GROUPS = {"depthbench_nll_coding": ["mbpp", "humaneval"], "depthbench_nll_stem":
 
 
 def _utils():
-    spec = importlib.util.spec_from_file_location("depthbench_nll_utils_test", TASKS_DIR / "depthbench_nll" / "utils.py")
+    path = TASKS_DIR / "depthbench_nll" / "utils.py"
+    spec = importlib.util.spec_from_file_location("depthbench_nll_utils_test", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

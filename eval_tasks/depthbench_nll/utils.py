@@ -25,8 +25,9 @@ import hashlib
 import math
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import datasets
 
@@ -202,7 +203,7 @@ def tokenizer_from_metadata(task: str, metadata: dict[str, Any]):
 def local_file(source: str, data_dir: str | os.PathLike) -> Path:
     """The local copy of ``source`` in ``data_dir`` (``<source>.jsonl``, ``.json``, ``.csv`` or ``.parquet``)."""
     directory = Path(data_dir).expanduser()
-    found = [directory / f"{source}{suffix}" for suffix in LOCAL_SUFFIXES if (directory / f"{source}{suffix}").is_file()]
+    found = [p for p in (directory / f"{source}{suffix}" for suffix in LOCAL_SUFFIXES) if p.is_file()]
     if not found:
         names = ", ".join(f"{source}{s}" for s in LOCAL_SUFFIXES)
         raise TaskDataError(f"depthbench_nll_{source}: no local copy in {directory} (looked for {names})")

@@ -1,4 +1,4 @@
-"""``depthbench sft``: supervised fine-tuning on Commonsense170K (or any instruction data) with ``transformers.Trainer``.
+"""``depthbench sft``: supervised fine-tuning on Commonsense170K (or any instruction rows) with ``Trainer``.
 
     depthbench sft runs/demo/runs/hc__tiny-L4__lr0.003__s0 -o runs/hc-L4-sft                # Hub data (online)
     depthbench sft CKPT --data commonsense_170k.json -o DIR --epochs 1 --max-samples 10000   # a local copy
