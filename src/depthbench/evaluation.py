@@ -278,16 +278,26 @@ def task_manager(names: list[str], metadata: dict[str, Any], include_path: str |
     path = str(include_path or EVAL_TASKS_DIR)
     if not Path(path).is_dir():
         raise EvalError(f"lm-eval task folder {path} not found; pass --include-path")
-    manager = TaskManager(include_path=path, include_defaults=False, metadata=metadata)
-    if all(n in manager.all_tasks for n in names):
-        return manager
-    manager = TaskManager(include_path=path, include_defaults=True, metadata=metadata)
-    unknown = [n for n in names if n not in manager.all_tasks]
-    if unknown:
-        ours = sorted(n for n in manager.all_tasks if n.startswith("depthbench_") and n in manager.all_groups)
-        raise EvalError(f"unknown task(s) {', '.join(map(repr, unknown))}: not in {path} nor in lm-eval's tasks; "
-                        f"depthbench's groups are {', '.join(ours)} (`lm_eval ls tasks` lists lm-eval's)")
-    return manager
+    local = TaskManager(include_path=path, include_defaults=False, metadata=metadata)
+    ours = sorted(n for n in local.all_groups if n.startswith("depthbench_"))
+    unknown = [n for n in names if n not in local.all_tasks and n.startswith("depthbench_")]
+    if not unknown and all(n in local.all_tasks and not _needs_builtin(local, n) for n in names):
+        return local
+    if not unknown:  # lm-eval's own tasks, or our groups of them: index the built-in tasks (~15 s)
+        manager = TaskManager(include_path=path, include_defaults=True, metadata=metadata)
+        unknown = [n for n in names if n not in manager.all_tasks]
+        if not unknown:
+            return manager
+    raise EvalError(f"unknown task(s) {', '.join(map(repr, unknown))}: not in {path} nor in lm-eval's tasks; "
+                    f"depthbench's groups are {', '.join(ours)} (`lm_eval ls tasks` lists lm-eval's)")
+
+
+def _needs_builtin(manager, name: str) -> bool:
+    """Whether the local group ``name`` lists a member that is not in the local task folder."""
+    if name not in manager.all_groups:
+        return False
+    members = manager.task_index[name].cfg.get("task") or []
+    return any(m not in manager.all_tasks or _needs_builtin(manager, m) for m in members if isinstance(m, str))
 
 
 def _done(results: dict[str, Any] | None, name: str, limit: float | None) -> bool:
