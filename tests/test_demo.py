@@ -60,8 +60,8 @@ def test_demo_spec_is_what_the_docs_say(tmp_path):
 
 def test_demo_compute_stays_inside_the_measured_time_budget():
     """6 N D over the nine runs (N without the input embedding). The recipe was sized on the project's 2-core CPU
-    box at ~30 GFLOP/s per core (see the module docstring); raising steps/batch/seq_len beyond this needs a new
-    measurement, not just a new number."""
+    box at ~30 GFLOP/s per core (see the README's benchmark section); raising steps/batch/seq_len beyond this needs
+    a new measurement, not just a new number."""
     spec = demo.demo_spec("unused")
     tokens = demo.DEMO_STEPS * demo.DEMO_BASE["train"]["global_batch_size"] * demo.DEMO_BASE["data"]["seq_len"]
     flops = 0
