@@ -158,7 +158,8 @@ class HyperConnectionWiring(Wiring):
     * :meth:`exit` is the readout (``mean`` / ``sum`` collapse then the final norm, or ``sum_norm``);
     * :meth:`readout` (``output_hidden_states``, logit lens) is the collapse before the final norm: the mean for
       ``mean``, the sum for ``sum`` and ``sum_norm`` (for ``sum_norm`` the head does not read exactly this state);
-    * :meth:`depth_state` concatenates a token's n streams into one n·d vector (analysis reference §5.1);
+    * :meth:`depth_state` concatenates a token's n streams into one n·d vector (the depth state the
+      analysis metrics compare across blocks);
     * skipped blocks return their streams unchanged, and ``swap_blocks`` exchanges the connector parameters with
       the rest of the block (the base behaviour).
 

@@ -71,7 +71,7 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
-    """AdamW + linear warmup + cosine decay (the study's recipe, reference_depthbench.md §3.1)."""
+    """AdamW + linear warmup + cosine decay (the study's pretraining recipe)."""
 
     lr: float = 2e-3
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
