@@ -44,6 +44,7 @@ of the old command that the target does not take are refused with a message nami
 
 # ================================================================================================ archs
 def _cmd_archs(args: argparse.Namespace) -> int:
+    # imported here: the registry loads torch, transformers and every architecture (import cost)
     from depthbench.registry import ARCHITECTURES
 
     rows = [{"id": a.id, "model_type": a.model_type, "family": a.family, "arxiv": a.paper_url,

@@ -119,6 +119,7 @@ class Shape:
         architecture ``arch`` at this shape, from its config alone (no model is built)."""
         if arch == "pre_ln":  # the plain backbone; avoids importing the registry for the rule's inner loop
             return dict(_backbone_counts(**self.config_fields()))
+        # imported here: the registry loads torch and every architecture (import cost; shapes needs configs only)
         from depthbench.registry import build_config
 
         return build_config(arch, **self.config_fields()).parameter_counts()
@@ -343,6 +344,7 @@ def param_table(
                f"a grid name (one of {list(GRIDS)}) or a non-empty list of Shape")
     _check(count is None or count in COUNTS, "count", count, f"one of {list(COUNTS)}")
     if arch != "pre_ln":
+        # imported here: the registry loads torch and every architecture (import cost)
         from depthbench.registry import get
 
         get(arch)  # unknown ids raise, listing the valid ones
@@ -415,6 +417,7 @@ def _parse_depths(text: str) -> list[int]:
 # ================================================================================================ CLI
 def _cmd_shapes(args: argparse.Namespace) -> int:
     if args.arch != "pre_ln":
+        # imported here: the registry loads torch and every architecture (import cost)
         from depthbench.registry import get
 
         get(args.arch)

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from depthbench import atomic, registry
+from depthbench.config import load_run_config, read_config_file
 from depthbench.report import (  # noqa: F401 - results names moved to depthbench.report, re-exported for old imports
     best_points,
     collect_results,
@@ -51,6 +52,7 @@ from depthbench.report import (  # noqa: F401 - results names moved to depthbenc
     result_metrics,
     write_report,
 )
+from depthbench.shapes import _parse_count, get_shape, grid_shapes, shape_for_budget
 
 
 class SweepError(ValueError):
@@ -92,8 +94,6 @@ class SweepSpec:
     notes: str = ""
 
     def __post_init__(self) -> None:
-        from depthbench.shapes import get_shape
-
         try:
             self.archs = _dedupe(registry.resolve_archs(self.archs))
         except ValueError as exc:
@@ -164,8 +164,6 @@ class SweepSpec:
 
     def run_config(self, point: RunPoint, run_dir: str):
         """The validated ``depthbench.config.RunConfig`` of ``point``; raises :class:`SweepError` naming the key."""
-        from depthbench.config import load_run_config
-
         try:
             return load_run_config(self.base, self.run_overrides(point, run_dir))
         except ValueError as exc:
@@ -208,8 +206,6 @@ def budget_shapes(budget: int | str, depths: list[int], *, vocab_size: int = 502
 
     ``budget`` is a count or text like ``"20m"``; shapes are named ``budget<budget>-L<depth>``.
     """
-    from depthbench.shapes import _parse_count, shape_for_budget
-
     text = str(budget).strip().lower()
     try:
         n = _parse_count(text) if isinstance(budget, str) else int(budget)
@@ -312,7 +308,8 @@ def run_sweep(
 
 
 def _train_local(base: dict[str, Any], overrides: list[str], log: Callable[..., None]) -> str:
-    from depthbench.config import load_run_config
+    # imported here: the trainer loads torch and accelerate (import cost: `depthbench sweep --emit slurm` and
+    # `--launcher accelerate` never train in this process)
     from depthbench.train import NonFiniteLossError, train
 
     try:
@@ -399,9 +396,6 @@ def _ints(text: str, flag: str) -> list[int]:
 
 def spec_from_args(args) -> SweepSpec:
     """The :class:`SweepSpec` of ``depthbench sweep`` arguments (raises :class:`SweepError` on bad input)."""
-    from depthbench.config import read_config_file
-    from depthbench.shapes import grid_shapes
-
     base: dict[str, Any] = read_config_file(args.config) if args.config else {}
     base.pop("output_dir", None)
     base.pop("resume", None)

@@ -80,6 +80,9 @@ from depthbench.checkpoint import (  # noqa: F401 - IDENTITY_KEYS: re-exported, 
     truncate_metrics,
 )
 from depthbench.config import RunConfig, RunConfigError, load_run_config
+from depthbench.data import TokenShards, TokenWindows, WindowLoader
+from depthbench.layer_stats import LayerStats
+from depthbench.optim import param_groups as shared_param_groups
 
 #: Dense bf16 peak FLOP/s per device, matched by substring of ``torch.cuda.get_device_name()`` (first match wins).
 PEAK_FLOPS = (
@@ -176,8 +179,6 @@ class _Run:
         self.resume_from = prepare_output_dir(cfg, acc)
 
         # ---- data
-        from depthbench.data import TokenShards, TokenWindows, WindowLoader
-
         self.shards = _open_split(cfg.data.data_dir, "train")
         self.windows = TokenWindows(self.shards, cfg.data.seq_len)
         self.loader = WindowLoader(self.windows, cfg.train.micro_batch_size, cfg.train.seed, rank=acc.process_index,
@@ -199,6 +200,7 @@ class _Run:
         # ---- model and optimizer
         set_seed(cfg.train.seed)
         self.arch_id, self.model_config = build_model_config(cfg, self.shards)
+        # imported here: the registry loads torch, transformers and every architecture (import cost)
         from depthbench import registry
 
         model = registry.build_model(self.arch_id, config=self.model_config)
@@ -219,8 +221,6 @@ class _Run:
         acc.register_for_checkpointing(self.scheduler)  # stepped by us once per optimizer step (not per process)
         self.stats = None
         if cfg.train.layer_stats_every:
-            from depthbench.layer_stats import LayerStats
-
             self.stats = LayerStats(acc.unwrap_model(self.model),
                                     grad_scale=cfg.train.micro_batch_size * (cfg.data.seq_len - 1) * self.accum)
         self.peak_flops = cfg.track.peak_flops or _default_peak_flops(acc.device)
@@ -441,7 +441,9 @@ def build_model_config(cfg: RunConfig, shards) -> tuple[str, Any]:
         ValueError: Unknown architecture/shape, the tokenizer's vocabulary exceeds the model's, or
             ``data.seq_len`` exceeds the model's ``max_position_embeddings``.
     """
+    # imported here: the registry and the shapes load transformers and every architecture (import cost)
     from depthbench import registry
+    from depthbench.shapes import get_shape
 
     m = cfg.model
     fields: dict[str, Any] = {}
@@ -462,11 +464,6 @@ def build_model_config(cfg: RunConfig, shards) -> tuple[str, Any]:
                                      f"architecture; set model.arch (one of {', '.join(registry.arch_ids())})")
             arch = matches[0]
     elif m.shape:
-        try:
-            from depthbench.shapes import get_shape
-        except ImportError as exc:
-            raise RunConfigError("model.shape needs depthbench.shapes, which is not available; use model.fields "
-                                 "or model.config_path") from exc
         fields = dict(get_shape(m.shape).config_fields())
     if arch is None:
         raise RunConfigError("model.arch is required unless model.config_path names a depthbench config")
@@ -497,8 +494,6 @@ def param_groups(model: torch.nn.Module, optim) -> list[dict]:
     norm gains, biases, static mixing, pseudo-queries; per-architecture LR/eps rules). With
     ``optim.decay_norms_and_biases`` the no-decay groups get the base weight decay too (the reference's recipe).
     """
-    from depthbench.optim import param_groups as shared_param_groups
-
     groups = shared_param_groups(model, lr=optim.lr, weight_decay=optim.weight_decay, eps=optim.eps,
                                  betas=tuple(optim.betas))
     if optim.decay_norms_and_biases:
@@ -550,8 +545,6 @@ def _default_peak_flops(device: torch.device) -> float | None:
 
 
 def _open_split(data_dir: str, split: str):
-    from depthbench.data import TokenShards
-
     if not os.path.isdir(data_dir):
         raise RunConfigError(f"data.data_dir={data_dir!r} does not exist (prepare it with `depthbench prepare-data`)")
     try:
