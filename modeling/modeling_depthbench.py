@@ -239,7 +239,7 @@ class Wiring(nn.Module):
     residual_class: type[Residual] = Residual
     #: Names (relative to the wiring) of model-level parameters that get no weight decay.
     no_decay: tuple[str, ...] = ()
-    #: Short family name used by analysis tools ("residual", "hyper_connections", "attnres", ...).
+    #: Short family name ("residual", "hyper_connections", "attnres", ...), shown by ``depthbench archs``.
     family = "residual"
 
     def __init__(self, config: DepthBenchConfig):

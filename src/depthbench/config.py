@@ -119,8 +119,8 @@ class TrackConfig:
 
     tensorboard: bool = False
     wandb: bool = False
-    project: str = "depthbench"
-    run_name: str | None = None
+    project: str = "depthbench"  # the W&B project (TensorBoard: the folder under <output_dir>/tensorboard)
+    run_name: str | None = None  # the W&B run name; None: the output folder's name
     peak_flops: float | None = None  # per-device peak FLOP/s for MFU; None: a per-device default (GPUs only)
 
 

@@ -114,12 +114,13 @@ class Shape:
             "head_dim": self.head_dim,
         }
 
-    def parameter_counts(self, arch: str = "pre_ln") -> dict[str, int]:
-        """Exact counts (``embedding``, ``backbone``, ``lm_head``, ``final_norm``, ``extra``, ``total``) of
-        architecture ``arch`` at this shape, from its config alone (no model is built)."""
-        if arch == "pre_ln":  # the plain backbone; avoids importing the registry for the rule's inner loop
+    def parameter_counts(self, arch: str | None = None) -> dict[str, int]:
+        """Exact counts (``embedding``, ``backbone``, ``lm_head``, ``final_norm``, ``extra``, ``total``) at this
+        shape, from a config alone (no model is built): of the shared backbone config the design rule counts
+        (``arch=None``, ``extra`` = 0), or of registered architecture ``arch``'s own config."""
+        if arch is None:
             return dict(_backbone_counts(**self.config_fields()))
-        # imported here: the registry loads torch and every architecture (import cost; shapes needs configs only)
+        # imported here: the registry loads torch and every architecture (import cost; the rule needs configs only)
         from depthbench.registry import build_config
 
         return build_config(arch, **self.config_fields()).parameter_counts()
@@ -343,11 +344,10 @@ def param_table(
         _check(len(shapes) > 0 and all(isinstance(s, Shape) for s in shapes), "grid_or_shapes", grid_or_shapes,
                f"a grid name (one of {list(GRIDS)}) or a non-empty list of Shape")
     _check(count is None or count in COUNTS, "count", count, f"one of {list(COUNTS)}")
-    if arch != "pre_ln":
-        # imported here: the registry loads torch and every architecture (import cost)
-        from depthbench.registry import get
+    # imported here: the registry loads torch and every architecture (import cost)
+    from depthbench.registry import get
 
-        get(arch)  # unknown ids raise, listing the valid ones
+    get(arch)  # unknown ids raise, listing the valid ones
     rows = []
     for shape in shapes:
         grid = GRIDS.get(shape.grid)
@@ -416,11 +416,10 @@ def _parse_depths(text: str) -> list[int]:
 
 # ================================================================================================ CLI
 def _cmd_shapes(args: argparse.Namespace) -> int:
-    if args.arch != "pre_ln":
-        # imported here: the registry loads torch and every architecture (import cost)
-        from depthbench.registry import get
+    # imported here: the registry loads torch and every architecture (import cost)
+    from depthbench.registry import get
 
-        get(args.arch)
+    get(args.arch)  # unknown ids raise, listing the valid ones
     depths = _parse_depths(args.depths) if args.depths else None
     if args.budget is not None:
         _check(depths is not None, "--depths", None, "given with --budget (e.g. --depths 12,24)")

@@ -237,9 +237,9 @@ class _Run:
             truncate_metrics(self.metrics_path, self.state.step)
             atomic.write_json(os.path.join(cfg.output_dir, "run_config.json"), self.run_config_record())
         if trackers:
-            acc.init_trackers(cfg.track.run_name or os.path.basename(os.path.abspath(cfg.output_dir)),
-                              config=_flat_hparams(cfg.to_dict()),
-                              init_kwargs={"wandb": {"name": cfg.track.run_name}} if cfg.track.wandb else {})
+            run_name = cfg.track.run_name or os.path.basename(os.path.abspath(cfg.output_dir))
+            acc.init_trackers(cfg.track.project, config=_flat_hparams(cfg.to_dict()),
+                              init_kwargs={"wandb": {"name": run_name}} if cfg.track.wandb else {})
         acc.wait_for_everyone()
 
     def run_config_record(self) -> dict:
