@@ -28,7 +28,7 @@ from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DecoderLayer, DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring
+from .modeling_depthbench import DecoderLayer, DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring, upcast
 
 
 # ================================================================================================ configs
@@ -145,22 +145,22 @@ class AttnResStream(NamedTuple):
 
 
 def inv_rms(source: torch.Tensor, eps: float) -> torch.Tensor:
-    """Per-token key normalisation ``1 / sqrt(mean(v^2) + eps)`` in fp32: ``[B, T, d] -> [B, T]``."""
-    sq_norm = torch.linalg.vector_norm(source, dim=-1, dtype=torch.float32).square()
+    """Per-token key normalisation ``1 / sqrt(mean(v^2) + eps)`` in at least fp32: ``[B, T, d] -> [B, T]``."""
+    sq_norm = torch.linalg.vector_norm(source, dim=-1, dtype=torch.promote_types(source.dtype, torch.float32)).square()
     return torch.rsqrt(sq_norm / source.shape[-1] + eps)
 
 
 def depth_weights(
     query: torch.Tensor, key_gain: torch.Tensor, sources: list[torch.Tensor], inv_rms_values: list[torch.Tensor]
 ) -> torch.Tensor:
-    """Softmax-over-depth weights ``[S, B, T]`` (fp32) of ``S`` sources ``[B, T, d]``.
+    """Softmax-over-depth weights ``[S, B, T]`` (at least fp32) of ``S`` sources ``[B, T, d]``.
 
     ``a_i = softmax_i( <w, g * v_i> / RMS(v_i) )``: the key ``g * v_i / RMS(v_i)`` is never materialised; each logit
     is one matrix-vector product with ``u = w * g`` scaled by the cached per-token inverse RMS. The dot products
-    run in the sources' dtype (fp32 accumulation inside the matmul); scaling and softmax run in fp32.
+    run in the sources' dtype (fp32 accumulation inside the matmul); scaling and softmax run in at least fp32.
     """
-    u = (query.float() * key_gain.float()).to(sources[0].dtype)
-    logits = torch.stack([v @ u for v in sources]).float() * torch.stack(inv_rms_values)
+    u = (upcast(query) * upcast(key_gain)).to(sources[0].dtype)
+    logits = upcast(torch.stack([v @ u for v in sources])) * torch.stack(inv_rms_values)
     return torch.softmax(logits, dim=0)
 
 

@@ -20,7 +20,7 @@ from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring
+from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring, upcast
 
 READOUTS = ("mean", "sum", "sum_norm")
 
@@ -105,11 +105,6 @@ class HCConfig(DepthBenchConfig):
 
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def upcast(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` in fp32, or in its own dtype if that is wider (fp64 stays fp64): the precision of mixing math."""
-    return tensor.to(torch.promote_types(tensor.dtype, torch.float32))
 
 
 def full_precision(tensor: torch.Tensor) -> torch.autocast:

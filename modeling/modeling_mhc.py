@@ -15,14 +15,13 @@ from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual
+from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, upcast
 from .modeling_hc import (
     READOUTS,
     HyperConnectionWiring,
     _is_number,
     full_precision,
     hyper_connection_update,
-    upcast,
 )
 
 
