@@ -92,6 +92,21 @@ def test_preset_demo_refuses_flags_it_fixes(tmp_path, capsys):
     assert not (tmp_path / "o").exists()  # refused before the corpus is built
 
 
+def test_demo_command_and_its_sweep_alias_take_the_same_arguments(tmp_path, capsys):
+    from depthbench import cli
+
+    assert cli._resolve_alias(["sweep", "--out", "x", "--preset=demo", "--steps", "2"]) == (
+        ["demo", "--out", "x", "--steps", "2"], ("sweep", "--preset", "demo"))
+    assert cli._resolve_alias(["sweep", "--preset", "demo"]) == (["demo"], ("sweep", "--preset", "demo"))
+    assert cli._resolve_alias(["sweep", "--archs", "hc", "--grid", "tiny"]) == (
+        ["sweep", "--archs", "hc", "--grid", "tiny"], None)
+    assert cli_main(["demo", "--steps", "0", "--out", str(tmp_path / "o")]) == 2
+    assert "depthbench demo: error: --steps 0 is not allowed" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # `depthbench demo` has no sweep flags at all
+        cli_main(["demo", "--grid", "tiny", "--out", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()
+
+
 def test_demo_command_end_to_end_on_a_small_corpus(small_corpus, tmp_path, capsys):
     import shutil
 
