@@ -36,7 +36,8 @@ NLL_TASKS = [f"depthbench_nll_{s}" for s in ("mbpp", "humaneval", "sciq", "gpqa_
 NLL_GROUPS = ["depthbench_nll", "depthbench_nll_coding", "depthbench_nll_math", "depthbench_nll_stem"]
 LOCAL_TASKS = ["depthbench_synthetic_mc", *FAMILY_TASKS, *NLL_TASKS]
 LOCAL_GROUPS = ["depthbench_bbh_reasoning", "depthbench_synthetic", "depthbench_zeroshot", *NLL_GROUPS]
-# The study's task sets (reference_depthbench.md §6.2), restated here so a YAML edit cannot silently drop one.
+# The study's task sets (zero-shot commonsense and the BBH reasoning subset), restated here so a YAML edit cannot
+# silently drop one.
 ZEROSHOT = ["openbookqa", "winogrande", "arc_challenge", "arc_easy", "hellaswag", "social_iqa", "piqa"]
 BBH = [
     f"bbh_zeroshot_{name}"

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from depthbench import atomic
+
 EVAL_TASKS_DIR = Path(__file__).resolve().parents[2] / "eval_tasks"
 """The lm-eval task folder shipped with this repository (``eval_tasks/`` next to ``src/``)."""
 
@@ -92,12 +94,6 @@ def merge_results(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, 
         else:
             merged[key] = value
     return merged
-
-
-def _write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _fmt(value: Any) -> str:
@@ -360,8 +356,8 @@ def evaluate_checkpoint(target: str, tasks: list[str], *, out_dir: str | os.Path
         result["wall_seconds"] = {name: round(time.time() - t0, 2)}
         merged = merge_results(merged, result)
         merged["config"]["model"] = model_id
-        _write_json_atomic(results_path, merged)
-        (out / "results.md").write_text(render_results_md(merged, model_id), encoding="utf-8")
+        atomic.write_json(str(results_path), merged)
+        atomic.write_text(str(out / "results.md"), render_results_md(merged, model_id))
         log(f"eval: {name} done in {time.time() - t0:.1f}s")
     if update_card and local:
         card = record_in_model_card(Path(model_id) / "README.md", merged, Path(model_id).resolve().name
@@ -479,16 +475,18 @@ def write_sweep_eval_report(sweep_dir: str, log=print) -> dict[str, str]:
     run), ``synthetic_acc_vs_aspect_ratio.png`` (when ``depthbench_synthetic`` was run) and the evaluation section
     of ``report.md`` (replaced if present, appended otherwise); returns the paths written."""
     import csv
+    import io
 
     root = Path(sweep_dir)
     rows = sweep_eval_rows(sweep_dir)
     if not rows:
         return {}
     paths = {"csv": str(root / "eval_results.csv")}
-    with open(root / "eval_results.csv", "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic.write_text(paths["csv"], table.getvalue())
     have = {(r["task"], r["metric"]) for r in rows}
     plots = []
     domains = [(g, "nll", f"{label} NLL") for g, label in DOMAIN_GROUPS.items() if (g, "nll") in have]
@@ -512,7 +510,7 @@ def write_sweep_eval_report(sweep_dir: str, log=print) -> dict[str, str]:
         text = head + section.rstrip("\n") + rest.split(SECTION_END, 1)[1]
     else:
         text = (text.rstrip("\n") + "\n\n" if text else "") + section
-    report.write_text(text, encoding="utf-8")
+    atomic.write_text(str(report), text)
     paths["report"] = str(report)
     log(f"eval: sweep report section in {report}; {', '.join(plots) or 'no plot'}")
     return paths

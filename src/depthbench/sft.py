@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from depthbench import atomic
+
 PREAMBLE = ("Below is an instruction that describes a task. "
             "Write a response that appropriately completes the request.")
 PREAMBLE_WITH_INPUT = ("Below is an instruction that describes a task, paired with an input that provides further "
@@ -264,8 +266,8 @@ def run_sft(cfg: SFTConfig, log=print) -> dict[str, Any]:
         "supervised_tokens": int(sum(sum(1 for t in lab if t != -100) for lab in train["labels"])),
         "wall_time_s": round(wall, 2), "log_history": trainer.state.log_history,
     }
-    (out / "sft_config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n", encoding="utf-8")
-    (out / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    atomic.write_json(str(out / "sft_config.json"), asdict(cfg))
+    atomic.write_json(str(out / "sft_summary.json"), summary)
     write_sft_card(out, model_id, cfg.data, summary)
     log(f"sft: {summary['steps']} steps in {wall:.1f}s, final loss {summary['final_train_loss']:.4f}; saved to {out}")
     return summary
