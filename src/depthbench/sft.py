@@ -29,7 +29,6 @@ card naming the base model, ``sft_config.json`` (the settings) and ``sft_summary
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
