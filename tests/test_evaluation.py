@@ -197,3 +197,9 @@ def test_sweep_folder(tokenizer, tmp_path):
     evaluate_sweep(str(sweep), ["depthbench_nll_coding"], **kwargs)
     assert {p: p.stat().st_mtime_ns for p in sweep.glob("runs/*/eval/results.json")} == mtimes
     assert (sweep / "report.md").read_text().count("## Downstream evaluation") == 1
+
+
+def test_folder_that_is_not_a_checkpoint(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["eval", str(tmp_path / "empty"), "--tasks", "depthbench_synthetic_mc_pointer"]) == 2
+    assert "is neither a model folder (config.json) nor a run folder" in capsys.readouterr().err

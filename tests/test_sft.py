@@ -205,3 +205,24 @@ def test_bad_data_file(tokenizer, tmp_path, capsys):
                  "--cpu"]) == 2
     assert "no such file" in capsys.readouterr().err
     assert not (tmp_path / "o" / "config.json").exists()
+
+
+def test_any_hf_causal_lm_fine_tunes_and_evaluates(tokenizer, tmp_path):
+    """Not only depthbench's architectures: a plain transformers ``LlamaForCausalLM`` folder."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from depthbench.cli import main
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=320, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, max_position_embeddings=256)
+    base = tmp_path / "llama"
+    LlamaForCausalLM(config).save_pretrained(base)
+    tokenizer.save_pretrained(base)
+    summary = _sft(base, _data_file(tmp_path / "rows.jsonl", 4), tmp_path / "out", max_steps=1,
+                   global_batch_size=4, micro_batch_size=4, max_seq_len=160)
+    assert summary["steps"] == 1
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["model_type"] == "llama"
+    assert main(["eval", str(tmp_path / "out"), "--tasks", "depthbench_synthetic_mc_pointer", "--limit", "2",
+                 "--device", "cpu"]) == 0
+    assert (tmp_path / "out" / "eval" / "results.json").is_file()

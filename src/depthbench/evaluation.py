@@ -315,9 +315,10 @@ def evaluate_checkpoint(target: str, tasks: list[str], *, out_dir: str | os.Path
     skipped. A task that fails raises after the finished ones are saved.
     """
     model_id = resolve_model_dir(target)
-    local = Path(model_id).is_dir()
-    if not local and Path(target).exists():
-        raise EvalError(f"{target} is neither a model folder (config.json) nor a run folder (final/config.json)")
+    local = Path(model_id).exists()
+    if local and not (Path(model_id) / "config.json").is_file():
+        raise EvalError(f"{target} is neither a model folder (config.json) nor a run folder (final/config.json) "
+                        "nor a sweep folder (sweep.json + runs/)")
     out = Path(out_dir) if out_dir else (Path(target) / "eval" if local else Path("eval") / model_id.replace("/", "__"))
     if not tasks:
         raise EvalError("--tasks is empty; name at least one task or group, e.g. " + DEFAULT_TASKS)
