@@ -414,28 +414,39 @@ def sweep_eval_rows(sweep_dir: str) -> list[dict[str, Any]]:
 
 
 def _plot_panels(rows: list[dict[str, Any]], panels: list[tuple[str, str, str]], path: Path, ylabel: str) -> None:
+    """One panel per ``(task, metric, title)``: the metric against d/L (log scale, deeper to the right), one line
+    per architecture (mean over runs at the same shape); ticks at the measured shapes, labelled d/L and L."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
-    for ax, (task, metric, title) in zip(axes[0], panels):
+    ncols = min(3, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols, 3.6 * nrows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (task, metric, title) in zip(axes.flat, panels):
         sel = [r for r in rows if r["task"] == task and r["metric"] == metric and r["aspect_ratio"]]
         for arch in sorted({r["arch"] for r in sel}):
-            pts = {}
+            pts: dict[float, list[float]] = {}
             for r in sel:
                 if r["arch"] == arch:
-                    pts.setdefault(r["aspect_ratio"], []).append((r["value"], r["L"]))
+                    pts.setdefault(r["aspect_ratio"], []).append(r["value"])
             xs = sorted(pts)
-            ax.plot(xs, [sum(v for v, _ in pts[x]) / len(pts[x]) for x in xs], marker="o", label=arch)
+            ax.plot(xs, [sum(pts[x]) / len(pts[x]) for x in xs], marker="o", label=arch)
+        ticks = sorted({(r["aspect_ratio"], r["L"]) for r in sel})
         ax.set_xscale("log")
+        ax.set_xticks([x for x, _ in ticks])
+        ax.set_xticklabels([f"{x:g}\nL{L}" for x, L in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.invert_xaxis()
         ax.set_title(title)
         ax.set_xlabel("d / L (deeper to the right)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
+    axes.flat[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
