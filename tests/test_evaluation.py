@@ -161,11 +161,19 @@ def test_failing_task_keeps_finished_results(tokenizer, tmp_path, capsys):
     broken = [json.loads(line) for line in (FIXTURES / "sciq.jsonl").read_text().splitlines()]
     del broken[1]["support"]
     (data / "sciq.jsonl").write_text("".join(json.dumps(r) + "\n" for r in broken))
-    with pytest.raises(EvalError, match=r"depthbench_nll_sciq failed.*row 1 .*no field 'support'"):
-        evaluate_checkpoint(str(ckpt), ["depthbench_nll_gsm8k", "depthbench_nll_sciq"], data_dir=str(data),
-                            limit=2, device="cpu", log=lambda *a: None)
+    # sciq fails on a bad row, gsm8k after it still runs, math500 fails too (no local copy): both errors reported
+    with pytest.raises(EvalError, match=r"(?s)depthbench_nll_sciq failed.*row 1 .*no field 'support'.*"
+                                        r"depthbench_nll_math500 failed.*no local copy"):
+        evaluate_checkpoint(str(ckpt), ["depthbench_nll_sciq", "depthbench_nll_gsm8k", "depthbench_nll_math500"],
+                            data_dir=str(data), limit=2, device="cpu", log=lambda *a: None)
     kept = json.loads((ckpt / "eval" / "results.json").read_text())
-    assert "depthbench_nll_gsm8k" in kept["results"] and "depthbench_nll_sciq" not in kept["results"]
+    assert "depthbench_nll_gsm8k" in kept["results"]
+    assert "depthbench_nll_sciq" not in kept["results"] and "depthbench_nll_math500" not in kept["results"]
+    # a later failing run does not delete what was finished
+    with pytest.raises(EvalError, match="depthbench_nll_math500 failed"):
+        evaluate_checkpoint(str(ckpt), ["depthbench_nll_math500"], data_dir=str(data), limit=2, device="cpu",
+                            log=lambda *a: None)
+    assert json.loads((ckpt / "eval" / "results.json").read_text())["results"].keys() == kept["results"].keys()
 
 
 # ------------------------------------------------------------------------------------------------------ sweeps

@@ -9,7 +9,8 @@ The model is loaded once with ``AutoModelForCausalLM`` (depthbench's architectur
 causal LM folder or Hub id works too) and scored in-process by lm-eval's own ``HFLM`` wrapped around the model
 object, with this repository's ``eval_tasks/`` on the task path. Every requested task or group is evaluated on its
 own and merged into ``<out>/results.json`` (lm-eval's result format) right away, so a failing task never loses the
-finished ones, and a rerun skips what is already there (same ``--limit``).
+finished ones (nor stops the others: failures are raised together at the end), and a rerun skips what is already
+there (same ``--limit``).
 
 Completion-NLL groups (``depthbench_nll``, ``depthbench_nll_coding``/``_stem``/``_math``): lm-eval can weight a
 group only by document count, so their rows are filled here, token-weighted as the study's per-task metric is
@@ -312,7 +313,8 @@ def evaluate_checkpoint(target: str, tasks: list[str], *, out_dir: str | os.Path
     Writes ``results.json`` (lm-eval's format, plus ``limits``: the ``--limit`` of each entry) and ``results.md``
     to ``out_dir`` (default ``<folder>/eval``; ``eval/<org>__<name>`` for a Hub id) after every task, and the
     ``model-index`` of ``<model folder>/README.md``. Tasks already in ``results.json`` with the same limit are
-    skipped. A task that fails raises after the finished ones are saved.
+    skipped. A task that fails does not stop the others; the failures are raised together at the end, after
+    every finished result is saved.
     """
     model_id = resolve_model_dir(target)
     local = Path(model_id).exists()
@@ -341,15 +343,17 @@ def evaluate_checkpoint(target: str, tasks: list[str], *, out_dir: str | os.Path
               backend="causal")
     out.mkdir(parents=True, exist_ok=True)
     merged = old
+    failures: list[str] = []
     for name in pending:
         t0 = time.time()
         log(f"eval: {model_id}: {name} (limit {limit})")
         try:
             result = _simple_evaluate(model=lm, tasks=[name], task_manager=manager, limit=limit,
                                       bootstrap_iters=0, log_samples=False)
-        except Exception as exc:
-            raise EvalError(f"task {name} failed on {model_id}: {type(exc).__name__}: {exc} (finished tasks are "
-                            f"kept in {results_path})") from exc
+        except Exception as exc:  # noqa: BLE001 - reported below, after the other tasks ran and were saved
+            failures.append(f"task {name} failed on {model_id}: {type(exc).__name__}: {exc}")
+            log(f"eval: {failures[-1]}")
+            continue
         add_token_weighted_groups(result)
         result.setdefault("lm_eval_version", lm_eval.__version__)
         entries = set(result.get("results", {}))
@@ -360,11 +364,13 @@ def evaluate_checkpoint(target: str, tasks: list[str], *, out_dir: str | os.Path
         atomic.write_json(str(results_path), merged)
         atomic.write_text(str(out / "results.md"), render_results_md(merged, model_id))
         log(f"eval: {name} done in {time.time() - t0:.1f}s")
-    if update_card and local:
+    if update_card and local and merged:
         card = record_in_model_card(Path(model_id) / "README.md", merged, Path(model_id).resolve().name
                                     if Path(model_id).name != "final" else Path(model_id).resolve().parent.name)
         log(f"eval: model-index updated in {card}")
     log(f"eval: {results_path}, {out / 'results.md'}")
+    if failures:
+        raise EvalError("; ".join(failures) + f" (the other tasks' results are in {results_path})")
     return merged
 
 
