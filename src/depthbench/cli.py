@@ -29,6 +29,9 @@ COMMAND_MODULES: list[str] = [
     "depthbench.data",  # prepare-data
     "depthbench.train",  # train
     "depthbench.sweep",  # sweep, report
+    "depthbench.hub.publish",  # publish
+    "depthbench.hub.convert",  # convert
+    "depthbench.hub.export_llama",  # export-llama
     # (new command modules: one line above this comment)
 ]
 """Modules that contribute subcommands (each defines ``register_cli(subparsers)``)."""
