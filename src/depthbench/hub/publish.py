@@ -410,6 +410,6 @@ def register_cli(subparsers) -> None:
     p.add_argument("--org", help="namespace of default names (default aspect-ratio-scaling)")
     p.add_argument("--private", action="store_true", help="create the repositories (and collection) private")
     p.add_argument("--revisions", action="store_true", help="also upload every checkpoint to a branch step-NNNNNN")
-    p.add_argument("--dry-run", action="store_true", help="print the plan (repos, branches, files, sizes); write nothing")
+    p.add_argument("--dry-run", action="store_true", help="print the plan (repos, branches, files, sizes) only")
     p.add_argument("--lm-eval-json", help="lm-eval results JSON to add to the card's model-index")
     p.set_defaults(func=run_cli)
