@@ -12,7 +12,8 @@ setup(
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    package_dir={"depthbench": "src/depthbench", "depthbench.modeling": "modeling", "depthbench.model_cards": "model_cards"},
+    package_dir={"depthbench": "src/depthbench", "depthbench.modeling": "modeling",
+                 "depthbench.model_cards": "model_cards"},
     packages=["depthbench", "depthbench.modeling", "depthbench.model_cards", "depthbench.hub"],
     package_data={"depthbench": ["configs/*.yaml"], "depthbench.model_cards": ["*.md"]},
     install_requires=[

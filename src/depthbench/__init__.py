@@ -9,7 +9,6 @@ __version__ = "0.1.0"
 from depthbench.registry import ARCHITECTURES, build_config, build_model, get  # noqa: E402  (registers Auto classes)
 
 
-
 def from_released(repo_id: str, step: int | None = None, **kwargs):
     """A released model of the study (``aspect-ratio-scaling/NAME``, OLMo-core checkpoint) as a depthbench model,
     converted once into the local cache; see :func:`depthbench.hub.convert.from_released`."""
