@@ -210,3 +210,33 @@ def test_release_download_converts_from_the_loopback_hub(tmp_path, monkeypatch):
     converted = next((tmp_path / "cache").glob("*/step100"))
     assert (converted / "tokenizer_config.json").exists() and (converted / "README.md").exists()
     assert repo in (converted / "README.md").read_text()
+
+
+# ================================================================================================ export-llama
+def test_export_llama_equals_pre_ln_and_refuses_other_architectures(tmp_path):
+    from transformers import AutoConfig, AutoModelForCausalLM, LlamaForCausalLM
+
+    from depthbench.hub.export_llama import export_llama
+
+    model = randomize(build_model("pre_ln", **SHAPE, num_key_value_heads=2), seed=5)
+    model.save_pretrained(tmp_path / "preln")
+    out = export_llama(str(tmp_path / "preln"), str(tmp_path / "llama"))
+    assert AutoConfig.from_pretrained(out).model_type == "llama"
+    assert not list(Path(out).glob("*.py"))  # no remote code
+    llama = AutoModelForCausalLM.from_pretrained(out)
+    assert isinstance(llama, LlamaForCausalLM)
+    assert torch.allclose(logits_of(llama), logits_of(model), atol=1e-6, rtol=0)
+    build_model("hc", **SHAPE).save_pretrained(tmp_path / "hc")
+    with pytest.raises(ValueError, match="only exports pre_ln.*hc"):
+        export_llama(str(tmp_path / "hc"), str(tmp_path / "hc-llama"))
+    assert not (tmp_path / "hc-llama").exists()
+
+
+def test_cli_commands_are_registered(capsys):
+    from depthbench.cli import main
+
+    for command in ("convert", "export-llama", "publish"):
+        with pytest.raises(SystemExit) as exc:
+            main([command, "--help"])
+        assert exc.value.code == 0 and command in capsys.readouterr().out
+    assert main(["export-llama", "/nonexistent/dir", "-o", "/tmp/x-never-written"]) != 0
