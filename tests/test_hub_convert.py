@@ -240,3 +240,25 @@ def test_cli_commands_are_registered(capsys):
             main([command, "--help"])
         assert exc.value.code == 0 and command in capsys.readouterr().out
     assert main(["export-llama", "/nonexistent/dir", "-o", "/tmp/x-never-written"]) != 0
+
+
+def test_converted_model_is_republished_as_name_hf(tmp_path):
+    import io
+
+    from huggingface_hub import HfApi
+
+    from depthbench.hub.publish import publish
+
+    model = randomize(build_model("keel", **SHAPE), seed=6)
+    state = conv.to_olmo_state("keel", model.state_dict(), SHAPE["num_hidden_layers"])
+    step = save_dcp(tmp_path / "step7600", state, olmo_block_config("keel"))
+    out = conv.convert(str(step), str(tmp_path / "hf"),
+                       repo_name="aspect-ratio-scaling/keel-lr2e-3-llama-400M-L3-pretrain")
+    with HubServer() as hub:
+        api = HfApi(endpoint=hub.url, token="hf_write_token")
+        result = publish(out, api=api, out=io.StringIO())
+        (repo,) = result["repos"]
+        assert repo == "aspect-ratio-scaling/keel-lr2e-3-llama-400M-L3-pretrain-hf"
+        files = hub.files(repo)
+    assert b"keel-lr2e-3-llama-400M-L3-pretrain" in files["README.md"] and "model.safetensors" in files
+    assert json.loads(files["depthbench_conversion.json"])["arch"] == "keel"
