@@ -14,7 +14,7 @@ setup(
     python_requires=">=3.10",
     package_dir={"depthbench": "src/depthbench", "depthbench.modeling": "modeling",
                  "depthbench.model_cards": "model_cards"},
-    packages=["depthbench", "depthbench.modeling", "depthbench.model_cards", "depthbench.hub"],
+    packages=["depthbench", "depthbench.data", "depthbench.modeling", "depthbench.model_cards", "depthbench.hub"],
     package_data={"depthbench": ["configs/*.yaml"], "depthbench.model_cards": ["*.md"]},
     install_requires=[
         "torch>=2.4",

@@ -111,7 +111,8 @@ def _shape(arch, model_config: dict) -> dict:
 
 def _last_eval(inputs: CardInputs) -> tuple[float | None, dict[str, float], int | None]:
     """(final train loss, {split: held-out loss}, step) from summary.json, else the newest metrics rows."""
-    if inputs.summary:
+    last_logged = max((r.get("step", 0) for r in inputs.metrics), default=0)
+    if inputs.summary and (inputs.summary.get("steps") or 0) >= last_logged:  # else a resumed run moved on
         return (inputs.summary.get("final_train_loss"), dict(inputs.summary.get("eval") or {}),
                 inputs.summary.get("steps"))
     train_loss, evals, step = None, {}, None
