@@ -219,3 +219,17 @@ def test_cli_publish_dry_run(tiny_run, hub, capsys, monkeypatch):
     assert main(["publish", str(tiny_run), "--dry-run", "--revisions", "--repo", f"{ORG}/x"]) == 0
     (args, kwargs), = _recorded
     assert args == (str(tiny_run),) and kwargs["dry_run"] and kwargs["revisions"] and kwargs["repo"] == f"{ORG}/x"
+
+
+def test_dry_run_without_a_reachable_hub_still_prints_the_plan(tiny_run, hub, monkeypatch):
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    api = api_for(hub, None)
+
+    def offline(*args, **kwargs):
+        raise OfflineModeIsEnabled("HF_HUB_OFFLINE=1")
+
+    monkeypatch.setattr(api, "list_repo_tree", offline)
+    out = io.StringIO()
+    pub.publish(str(tiny_run), dry_run=True, api=api, out=out)
+    assert "unknown" in out.getvalue() and "remote state unreadable" in out.getvalue()

@@ -235,15 +235,20 @@ def plan_repo(api, source_dir: str, run_dir: str | None, repo_id: str, revisions
         else:  # a converted model: keep its own card (it names the source checkpoint)
             card = {}
         branch_plan = BranchPlan(branch, export_dir, local_files(export_dir, card))
-        if read_remote:
-            remote = remote_files(api, repo_id, branch)
+        try:
+            remote = remote_files(api, repo_id, branch) if read_remote else False
             if remote is None and branch != "main":
                 remote = remote_files(api, repo_id, "main")  # the new branch starts from main
-            plan.exists = plan.exists if plan.exists is not None else remote is not None or branch != "main"
-            diff_branch(branch_plan, remote)
-        else:
+        except Exception as exc:  # offline, no access, ...: the plan says "unknown" (the upload re-reads the state)
+            plan.note = f"remote state unreadable: {type(exc).__name__}"
+            remote = False
+        if remote is False:
             for f in branch_plan.files:
                 f.status = "unknown"
+        else:
+            if branch == "main":
+                plan.exists = remote is not None
+            diff_branch(branch_plan, remote)
         plan.branches.append(branch_plan)
     return plan
 
@@ -375,7 +380,8 @@ def print_plan(plans: list[RepoPlan], sweep: SweepPlan | None, private: bool, dr
     print(f"{'plan (dry run: nothing is written)' if dry_run else 'plan'}:", file=out)
     for plan in plans + ([sweep.report] if sweep and sweep.report else []):
         state = {True: "exists", False: "will be created", None: "unknown"}[plan.exists]
-        print(f"  {plan.repo_id} ({'private' if private else 'public'}; {state})", file=out)
+        note = f"; {plan.note}" if plan.note else ""
+        print(f"  {plan.repo_id} ({'private' if private else 'public'}; {state}{note})", file=out)
         for branch in plan.branches:
             size = sum(f.size for f in branch.uploads)
             print(f"    {branch.branch}: {len(branch.uploads)} of {len(branch.files)} files to upload "
