@@ -23,6 +23,9 @@ from hub_server import HubServer
 from depthbench.hub import convert as conv
 from depthbench.registry import build_model
 
+# DCP in one process warns that it assumes a single process: that is the intent here.
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+
 SHAPE = {"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4, "intermediate_size": 64,
          "vocab_size": 64, "rms_norm_eps": 1e-6}
 IDS = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])

@@ -226,7 +226,7 @@ def render_card(inputs: CardInputs, repo_id: str | None = None, revision: str | 
     )
     context = {
         "model_id": repo_id, "load_repo": repo_id, "load_revision": revision,
-        "arch": {"id": arch.id, "name": name, "paper_url": arch.paper_url, "card": arch.card},
+        "arch": {"id": arch.id, "name": name, "paper_url": arch.paper_url, "card": arch.card.split("\nArgs:")[0]},
         "shape": shape, "recipe": _recipe(inputs), "losses": losses, "loss_curve": loss_curve,
         "source": inputs.source, "approximations": inputs.approximations,
         "revision_note": (f"This is the intermediate checkpoint at `{revision}` (branch of the repository); "
