@@ -265,3 +265,15 @@ def test_converted_model_is_republished_as_name_hf(tmp_path):
         files = hub.files(repo)
     assert b"keel-lr2e-3-llama-400M-L3-pretrain" in files["README.md"] and "model.safetensors" in files
     assert json.loads(files["depthbench_conversion.json"])["arch"] == "keel"
+
+
+def test_cli_convert_end_to_end(tmp_path, capsys):
+    from depthbench.cli import main
+
+    model = randomize(build_model("pre_ln", **SHAPE), seed=7)
+    state = conv.to_olmo_state("pre_ln", model.state_dict(), SHAPE["num_hidden_layers"])
+    step = save_dcp(tmp_path / "step3000", state, olmo_block_config("default"))
+    assert main(["convert", str(step), "-o", str(tmp_path / "out")]) == 0
+    assert "as pre_ln" in capsys.readouterr().out
+    assert main(["convert", str(step), "-o", str(tmp_path / "out")]) == 2  # non-empty output folder: refused
+    assert "--overwrite" in capsys.readouterr().err
