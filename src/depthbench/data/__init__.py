@@ -43,7 +43,7 @@ bytes), visiting splits in sorted name order and shards in order; identical toke
 hash regardless of timestamps or paths.
 """
 
-from depthbench.data.loader import TokenShards, TokenWindows, WindowLoader, load_meta
+from depthbench.data.loader import DataError, TokenShards, TokenWindows, WindowLoader, load_meta, verify_data
 from depthbench.data.prepare import (
     EOS_TOKEN,
     FORMAT_VERSION,
@@ -55,6 +55,7 @@ from depthbench.data.prepare import (
 )
 
 __all__ = [
-    "EOS_TOKEN", "FORMAT_VERSION", "LOCAL_EXTENSIONS", "PAD_TOKEN", "TokenShards", "TokenWindows", "WindowLoader",
-    "load_meta", "make_tiny_tokenizer", "prepare_data", "token_dtype",
+    "DataError", "EOS_TOKEN", "FORMAT_VERSION", "LOCAL_EXTENSIONS", "PAD_TOKEN", "TokenShards", "TokenWindows",
+    "WindowLoader",
+    "load_meta", "make_tiny_tokenizer", "prepare_data", "token_dtype", "verify_data",
 ]
