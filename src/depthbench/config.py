@@ -75,7 +75,7 @@ class DataConfig:
     # shard content check against meta.json's sha256 (and token ids against the vocab) before training:
     # "cached": hash shards not verified before (a cache keyed by path, size and mtime); "always": hash every
     # shard (``depthbench train --verify-data``); "off": sizes only (out-of-vocab ids are still refused per batch)
-    verify: str = "cached"
+    verify: str | bool = "cached"  # YAML reads a bare off/on as false/true: taken as "off"/"always"
 
 
 @dataclass
@@ -344,6 +344,8 @@ def validate_run_config(cfg: RunConfig) -> None:
     check(cfg.resume in (True, False, "auto"), "resume", cfg.resume, 'true, false or "auto"')
     check(not (cfg.resume is True and cfg.overwrite), "overwrite", cfg.overwrite, "false when resume is true")
     check(isinstance(cfg.model.fields, dict), "model.fields", cfg.model.fields, "a mapping of config fields")
+    if isinstance(d.verify, bool):
+        d.verify = "always" if d.verify else "off"
     check(d.verify in ("cached", "always", "off"), "data.verify", d.verify, "one of cached, always, off")
     check(t.preempt_signal is None or signal_number(t.preempt_signal) is not None, "train.preempt_signal",
           t.preempt_signal, "null or a signal name of this system such as SIGUSR1, SIGUSR2, SIGHUP")

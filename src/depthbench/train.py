@@ -315,9 +315,11 @@ class _Run:
             history.append({"resumed_at_step": self.state.step, "checkpoint": os.path.basename(self.resume_from),
                             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                             "world_size": self.accelerator.num_processes, "changes": self.start.changes})
+        config = self.cfg.to_dict()
+        config["data"]["data_dir"] = os.path.abspath(config["data"]["data_dir"])  # a later resume may use another cwd
         return {
             "history": history,
-            "config": self.cfg.to_dict(),
+            "config": config,
             "resolved": {
                 "arch": self.arch_id, "world_size": self.accelerator.num_processes,
                 "grad_accum_steps": self.accum, "max_steps": self.max_steps, "warmup_steps": self.warmup,
@@ -436,8 +438,9 @@ class _Run:
         if self.main:
             atomic.write_json(os.path.join(self.cfg.output_dir, "summary.json"), summary)
         raise NonFiniteLossError(
-            f"non-finite training loss ({loss}) at step {step}: stopping; {where}. Lower optim.lr, check the data, "
-            f"or resume from the checkpoint with different settings.")
+            f"non-finite training loss ({loss}) at step {step}: stopping; {where}. Check the data, or continue from "
+            f"the checkpoint with a lower learning rate: depthbench train -c "
+            f"{os.path.join(self.cfg.output_dir, 'run_config.json')} --resume optim.lr=<lower>")
 
     # ------------------------------------------------------------------------------------------------ finish
     def finished_summary(self) -> dict | None:
