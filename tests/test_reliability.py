@@ -98,7 +98,7 @@ def test_no_fresh_start_while_only_incomplete_checkpoints_exist(data_dir, tmp_pa
 def test_micro_batch_change_on_resume_matches_the_uninterrupted_run(data_dir, straight, tmp_path):
     out = tmp_path / "run"
     train(load_run_config(run_dict(data_dir, out), ["train.stop_at_step=2"]))  # micro-batch 4: 2 micro-steps
-    summary = train(load_run_config(run_dict(data_dir, out), ["resume=true", "train.micro_batch_size=2"]))  # 4
+    summary = train(load_run_config(run_dict(data_dir, out), ["resume=true", "train.micro_batch_size=2"]))
     assert summary["status"] == "finished" and summary["steps"] == 6
     a, b = losses(straight), losses(out)
     assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
@@ -347,7 +347,8 @@ def test_corrupt_checkpoint_inside_a_sweep_is_a_message(data_dir, tmp_path, caps
     out = tmp_path / "sweep"
     argv = ["sweep", "--archs", "pre_ln", "--shapes", "tiny-L2", "--data", str(data_dir), "--out", str(out),
             "--set", "train.max_steps=2", "--set", "train.stop_at_step=1", "--set", "data.seq_len=32",
-            "--set", "train.global_batch_size=4", "--set", "train.micro_batch_size=4", "--set", "train.progress=false",
+            "--set", "train.global_batch_size=4", "--set", "train.micro_batch_size=4",
+            "--set", "train.progress=false",
             "--set", "checkpoint.hf_export=false", "--set", "data.eval_sequences=0"]
     for field, value in {**TINY_FIELDS, "head_dim": 8, "vocab_size": 300}.items():
         argv += ["--set", f"model.fields.{field}={value}"]
