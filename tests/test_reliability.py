@@ -110,7 +110,7 @@ def test_micro_batch_change_on_resume_matches_the_uninterrupted_run(data_dir, st
     assert record["history"][-1]["changes"]["train.micro_batch_size"] == [4, 2]
 
 
-# ================================================================================================ item 9: resume overrides
+# ====================================================================================== item 9: resume overrides
 def test_safe_overrides_on_resume_apply_and_are_recorded(data_dir, tmp_path, capsys):
     out = tmp_path / "run"
     train(load_run_config(run_dict(data_dir, out), ["train.stop_at_step=2"]))
@@ -325,7 +325,7 @@ def test_unknown_model_fields_are_refused_naming_the_key(data_dir, tmp_path):
     assert not (tmp_path / "run" / "run_config.json").exists()
 
 
-# ================================================================================================ item 9: exit codes, sweep
+# ===================================================================================== item 9: exit codes, sweep
 def test_exit_codes_follow_one_convention(data_dir, tmp_path, capsys):
     from depthbench.cli import main
 
