@@ -94,6 +94,28 @@ def test_no_fresh_start_while_only_incomplete_checkpoints_exist(data_dir, tmp_pa
     assert (out / "checkpoints" / "ckpt-000002" / "state").is_dir()
 
 
+# ================================================================================================ item 2 (in-process)
+def test_preempt_signal_and_repeated_signals_checkpoint_once(data_dir, tmp_path, monkeypatch, capsys):
+    import signal
+
+    real, calls = train_mod._forward_loss, {"n": 0}
+
+    def signalling(model, ids):  # the scheduler's warning arrives during step 2, then two more stop signals
+        calls["n"] += 1
+        if calls["n"] == 3:
+            for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+                os.kill(os.getpid(), sig)
+        return real(model, ids)
+
+    monkeypatch.setattr(train_mod, "_forward_loss", signalling)
+    out = tmp_path / "run"
+    summary = train(load_run_config(run_dict(data_dir, out), ["checkpoint.every=0"]))
+    assert summary["status"] == "stopped" and summary["stopped_by"] == "SIGUSR1" and summary["steps"] == 2
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["ckpt-000002", "latest"]
+    assert capsys.readouterr().err.count("received: checkpointing after the current step") == 1
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored afterwards
+
+
 # ================================================================================================ item 3 (in-process)
 def test_micro_batch_change_on_resume_matches_the_uninterrupted_run(data_dir, straight, tmp_path):
     out = tmp_path / "run"
