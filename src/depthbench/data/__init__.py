@@ -26,6 +26,7 @@ On-disk format (``FORMAT_VERSION`` 1)::
       train/shard_00000.done.json    # completion record of that shard (used for resuming)
       eval/shard_00000.bin ...       # only when an eval split was requested
       <extra split>/shard_00000.bin  # extra named splits (``extra_splits``)
+      .verified.json                 # written by training: shards whose sha256 was checked (``verify_data``)
 
 Token ids are stored as ``uint16`` when ``len(tokenizer) <= 65536`` and as ``uint32`` otherwise.
 Documents are concatenated in input order; each one is tokenized with ``add_special_tokens=True`` and
