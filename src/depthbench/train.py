@@ -21,6 +21,11 @@ Python API (stable; the sweep runner builds on it)::
 A non-finite loss raises :class:`NonFiniteLossError` (the last good checkpoint is kept, summary status
 "diverged"); bad inputs raise ``ValueError`` subclasses whose messages name the file or key.
 
+Stop signals (SIGTERM, SIGINT, ``train.preempt_signal`` = SIGUSR1 by default) to any or all ranks: every rank
+finishes the current step, one checkpoint is written by all, status "stopped", exit 0. Resume continues from
+``checkpoints/latest`` (or the newest complete checkpoint when the pointer is missing), also with another number of
+processes or micro-batch size. What exactly is guaranteed: the README's "Safety and reliability" section.
+
 Run directory (``output_dir``)::
 
     run_config.json          {"config": RunConfig as dict, "resolved": world size, accumulation, steps, model config}
