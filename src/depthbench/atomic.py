@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 from typing import Any
 
@@ -45,6 +46,20 @@ def write_text(path: str, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every non-finite float (NaN, +-inf) replaced by ``None``: JSON has no such numbers, and
+    ``json.dumps`` would otherwise write a bare ``NaN`` that strict parsers refuse."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
 def write_json(path: str, obj: Any, *, sort_keys: bool = False) -> None:
-    """Write ``obj`` as indented JSON (values JSON cannot hold are written as ``str``) to ``path`` atomically."""
-    write_text(path, json.dumps(obj, indent=2, sort_keys=sort_keys, default=str) + "\n")
+    """Write ``obj`` as indented, valid JSON to ``path`` atomically (values JSON cannot hold are written as
+    ``str``; NaN and infinities as ``null``, see :func:`json_safe`)."""
+    text = json.dumps(json_safe(obj), indent=2, sort_keys=sort_keys, default=str, allow_nan=False)
+    write_text(path, text + "\n")

@@ -33,6 +33,9 @@ COMMAND_MODULES: list[str] = [
     "depthbench.demo",  # demo (and its alias `sweep --preset demo`, see ALIASES)
     "depthbench.evaluation",  # eval
     "depthbench.sft",  # sft
+    "depthbench.hub.publish",  # publish
+    "depthbench.hub.convert",  # convert
+    "depthbench.hub.export_llama",  # export-llama
     # (new command modules: one line above this comment)
 ]
 """Modules that contribute subcommands (each defines ``register_cli(subparsers)``)."""

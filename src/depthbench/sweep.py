@@ -59,6 +59,10 @@ class SweepError(ValueError):
     """The sweep definition or results folder is invalid (the message says what and what is allowed)."""
 
 
+class SweepRunFailed(SweepError):
+    """A run of the sweep failed while training (exit code 1; the message names the run and says why)."""
+
+
 #: Summary statuses after which a run is never trained again (``diverged``: the LR is too high, a valid result).
 DONE_STATUSES = ("finished", "diverged")
 
@@ -295,7 +299,7 @@ def run_sweep(
         log(f"[{k}/{len(points)}] {point.run_id}: {resuming} ({time.time() - started:.0f}s into the sweep)")
         overrides = spec.run_overrides(point, run_dir)
         if launcher == "local":
-            status = _train_local(spec.base, overrides, log)
+            status = _train_local(spec.base, overrides, log, run_dir)
         else:
             status = _train_accelerate(spec.base, overrides, out_dir, run_dir, accelerate_args, log)
         write_report(out_dir, log=lambda *_: None, plot=False)  # partial results stay visible while the sweep runs
@@ -307,9 +311,10 @@ def run_sweep(
     return collect_results(out_dir)
 
 
-def _train_local(base: dict[str, Any], overrides: list[str], log: Callable[..., None]) -> str:
+def _train_local(base: dict[str, Any], overrides: list[str], log: Callable[..., None], run_dir: str = "") -> str:
     # imported here: the trainer loads torch and accelerate (import cost: `depthbench sweep --emit slurm` and
     # `--launcher accelerate` never train in this process)
+    from depthbench.checkpoint import CheckpointError, TrainingError
     from depthbench.train import NonFiniteLossError, train
 
     try:
@@ -317,6 +322,12 @@ def _train_local(base: dict[str, Any], overrides: list[str], log: Callable[..., 
     except NonFiniteLossError as exc:
         log(f"  diverged: {exc}")
         return "diverged"
+    except CheckpointError as exc:  # a corrupt checkpoint is bad input: the message, not a traceback
+        raise SweepError(f"run {run_dir} cannot continue: {exc}. The sweep stopped here; repair or remove that run "
+                         "folder and run the same command again (finished runs are skipped)") from None
+    except (TrainingError, OSError) as exc:
+        raise SweepRunFailed(f"run {run_dir} failed: {exc}. The sweep stopped here; run the same command again to "
+                             "continue (finished runs are skipped)") from None
 
 
 def _train_accelerate(base: dict[str, Any], overrides: list[str], out_dir: str, run_dir: str, accelerate_args: str,
@@ -329,7 +340,8 @@ def _train_accelerate(base: dict[str, Any], overrides: list[str], out_dir: str, 
     proc = subprocess.run(cmd, check=False)
     summary = read_summary(run_dir) or {}
     if proc.returncode != 0 and summary.get("status") != "diverged":
-        raise SweepError(f"training run failed with exit code {proc.returncode}: {shlex.join(cmd)}")
+        error = SweepError if proc.returncode == 2 else SweepRunFailed
+        raise error(f"training run failed with exit code {proc.returncode}: {shlex.join(cmd)}")
     return summary.get("status", "stopped")
 
 
@@ -439,7 +451,11 @@ def _cmd_sweep(args) -> int:
         print(f"wrote {path} ({len(spec.runs())} array tasks) and {os.path.join(args.out, 'runs.txt')}; "
               f"submit with: sbatch {path}; afterwards: depthbench report {args.out}")
         return 0
-    rows = run_sweep(spec, args.out, launcher=args.launcher, accelerate_args=args.accelerate_args)
+    try:
+        rows = run_sweep(spec, args.out, launcher=args.launcher, accelerate_args=args.accelerate_args)
+    except SweepRunFailed as exc:  # exit 1: a run failed while training (bad input exits 2 through depthbench.cli)
+        print(f"depthbench sweep: error: {exc}", file=sys.stderr)
+        return 1
     print()
     print_table(rows)
     return 0

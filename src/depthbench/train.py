@@ -21,6 +21,11 @@ Python API (stable; the sweep runner builds on it)::
 A non-finite loss raises :class:`NonFiniteLossError` (the last good checkpoint is kept, summary status
 "diverged"); bad inputs raise ``ValueError`` subclasses whose messages name the file or key.
 
+Stop signals (SIGTERM, SIGINT, ``train.preempt_signal`` = SIGUSR1 by default) to any or all ranks: every rank
+finishes the current step, one checkpoint is written by all, status "stopped", exit 0. Resume continues from
+``checkpoints/latest`` (or the newest complete checkpoint when the pointer is missing), also with another number of
+processes or micro-batch size. What exactly is guaranteed: the README's "Safety and reliability" section.
+
 Run directory (``output_dir``)::
 
     run_config.json          {"config": RunConfig as dict, "resolved": world size, accumulation, steps, model config}
@@ -74,13 +79,15 @@ from depthbench.checkpoint import (  # noqa: F401 - IDENTITY_KEYS: re-exported, 
     IDENTITY_KEYS,
     Checkpointer,
     CheckpointError,
+    CheckpointWriteError,
     TrainerState,
     TrainingError,
+    agree,
     prepare_output_dir,
     truncate_metrics,
 )
-from depthbench.config import RunConfig, RunConfigError, load_run_config
-from depthbench.data import TokenShards, TokenWindows, WindowLoader
+from depthbench.config import RunConfig, RunConfigError, load_run_config, signal_number
+from depthbench.data import TokenShards, TokenWindows, WindowLoader, verify_data
 from depthbench.layer_stats import LayerStats
 from depthbench.optim import param_groups as shared_param_groups
 
@@ -99,8 +106,14 @@ class NonFiniteLossError(TrainingError):
 # ================================================================================================ the loop
 def train(cfg: RunConfig) -> dict:
     """Train ``cfg`` (resuming when ``cfg.resume``) and return the run summary (see the module docstring)."""
-    run = _Run(cfg)
-    stop = _StopFlag(run.accelerator)
+    stop = _StopFlag(cfg.train.preempt_signal)
+    with stop.installed():  # from the start: a stop signal during setup stops after the first step
+        run = _Run(cfg)
+        stop.acc = run.accelerator
+        return _loop(run, stop)
+
+
+def _loop(run: _Run, stop: _StopFlag) -> dict:
     state, cfg = run.state, run.cfg
     if state.step >= run.max_steps:  # resuming a run that already finished: keep its summary and export as they are
         previous = run.finished_summary()
@@ -108,7 +121,7 @@ def train(cfg: RunConfig) -> dict:
             return previous
     batches = run.loader.global_micro_batches()
     status, t_session, timings = "finished", time.perf_counter(), []
-    with stop.installed(), run.progress_bar() as bar:
+    with run.progress_bar() as bar:
         for step in range(state.step + 1, run.max_steps + 1):
             t0 = time.perf_counter()
             micro_batches = next(batches)
@@ -176,16 +189,23 @@ class _Run:
             project_config=ProjectConfiguration(project_dir=cfg.output_dir,
                                                 logging_dir=os.path.join(cfg.output_dir, "tensorboard")))
         self.main = acc.is_main_process
-        self.resume_from = prepare_output_dir(cfg, acc)
+        self.start = prepare_output_dir(cfg, acc)
+        self.resume_from = self.start.checkpoint
 
         # ---- data
         self.shards = _open_split(cfg.data.data_dir, "train")
+        if not os.path.isdir(self.shards.tokenizer_dir):
+            raise RunConfigError(
+                f"the data folder {cfg.data.data_dir} has no tokenizer ({self.shards.tokenizer_dir} is missing): the "
+                "checkpoints' hf/ exports and final/ would have no tokenizer and could not be evaluated; copy the "
+                f"tokenizer used by prepare-data (meta.json: {self.shards.meta.get('tokenizer')!r}) there with "
+                "tokenizer.save_pretrained, or re-run depthbench prepare-data")
         self.windows = TokenWindows(self.shards, cfg.data.seq_len)
         self.loader = WindowLoader(self.windows, cfg.train.micro_batch_size, cfg.train.seed, rank=acc.process_index,
                                    world_size=world, grad_accum=self.accum, prefetch=cfg.data.prefetch)
         self.eval_sets = {}
         for split in _eval_splits(cfg, self.shards.meta):
-            windows = TokenWindows(TokenShards(cfg.data.data_dir, split), cfg.data.seq_len)
+            windows = TokenWindows(_open_split(cfg.data.data_dir, split, allow_empty=True), cfg.data.seq_len)
             if len(windows) == 0:
                 warnings.warn(f"eval split {split!r} has fewer than data.seq_len={cfg.data.seq_len} tokens; skipped",
                               stacklevel=2)
@@ -200,6 +220,7 @@ class _Run:
         # ---- model and optimizer
         set_seed(cfg.train.seed)
         self.arch_id, self.model_config = build_model_config(cfg, self.shards)
+        self.check_data()
         # imported here: the registry loads torch, transformers and every architecture (import cost)
         from depthbench import registry
 
@@ -231,7 +252,11 @@ class _Run:
         self.state = TrainerState()
         if self.resume_from:
             self.state = self.checkpoints.load(self.resume_from)
+            # the restored micro-step counter belongs to the saved accumulation; a checkpoint is always taken at an
+            # optimizer-step boundary, so counting from 0 is right for any micro-batch size / world size
+            acc.step = 0
             self.loader.load_state_dict(self.state.loader)
+            self.apply_resume_changes()
         self.metrics_path = os.path.join(cfg.output_dir, "metrics.jsonl")
         if self.main:
             truncate_metrics(self.metrics_path, self.state.step)
@@ -242,11 +267,64 @@ class _Run:
                               init_kwargs={"wandb": {"name": run_name}} if cfg.track.wandb else {})
         acc.wait_for_everyone()
 
+    def check_data(self) -> None:
+        """Verify the shards' content against meta.json (``data.verify``; on the main process, every rank stops on
+        a failure) and refuse token ids outside the model's vocabulary (also per batch, naming shard and offset)."""
+        cfg, acc = self.cfg, self.accelerator
+        vocab = self.model_config.vocab_size
+        for shards in [self.shards, *(w.shards for w in self.eval_sets.values())]:
+            shards.vocab_limit = vocab
+        error = None
+        if self.main and cfg.data.verify != "off":
+            try:
+                verify_data(cfg.data.data_dir, ["train", *self.eval_sets], force=cfg.data.verify == "always",
+                            vocab_size=vocab, progress=cfg.train.progress)
+            except (ValueError, OSError) as exc:
+                error = exc
+        agree(acc, error)
+
+    def apply_resume_changes(self) -> None:
+        """Apply what may change on resume (a new ``optim.lr`` rescales the schedule's base LRs; a new
+        ``train.max_steps`` recomputes the LR of the current step) and say what changes."""
+        changes = self.start.changes
+        old_max = (self.start.resolved or {}).get("max_steps")
+        lr_changed = "optim.lr" in changes
+        if lr_changed:
+            ratio = self.cfg.optim.lr / changes["optim.lr"][0]
+            self.scheduler.base_lrs = [b * ratio for b in self.scheduler.base_lrs]
+            for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
+                group["initial_lr"] = base
+        if lr_changed or (old_max is not None and old_max != self.max_steps):
+            factor = self.scheduler.lr_lambdas[0](self.scheduler.last_epoch)
+            for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
+                group["lr"] = base * factor
+            self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+        if not self.main:
+            return
+        say = lambda msg: print(f"depthbench train: {msg}", file=sys.stderr)  # noqa: E731
+        if changes:
+            listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
+            say(f"resuming at step {self.state.step} with changed settings: {listed} (recorded in run_config.json "
+                "history)")
+        if old_max is not None and old_max != self.max_steps:
+            old_warmup = (self.start.resolved or {}).get("warmup_steps")
+            say(f"the run length changes from {old_max} to {self.max_steps} steps: the LR schedule changes from step "
+                f"{self.state.step + 1} on (warmup {old_warmup} -> {self.warmup} steps, cosine decay now ends at step "
+                f"{self.max_steps}); the result equals neither a {old_max}- nor a {self.max_steps}-step run")
+
     def run_config_record(self) -> dict:
         import transformers
 
+        history = list(self.start.history)
+        if self.resume_from:
+            history.append({"resumed_at_step": self.state.step, "checkpoint": os.path.basename(self.resume_from),
+                            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                            "world_size": self.accelerator.num_processes, "changes": self.start.changes})
+        config = self.cfg.to_dict()
+        config["data"]["data_dir"] = os.path.abspath(config["data"]["data_dir"])  # a later resume may use another cwd
         return {
-            "config": self.cfg.to_dict(),
+            "history": history,
+            "config": config,
             "resolved": {
                 "arch": self.arch_id, "world_size": self.accelerator.num_processes,
                 "grad_accum_steps": self.accum, "max_steps": self.max_steps, "warmup_steps": self.warmup,
@@ -307,7 +385,7 @@ class _Run:
     def log(self, row: dict, step: int) -> None:
         if self.main:
             with open(self.metrics_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps({"step": step, **row}) + "\n")
+                f.write(json.dumps(atomic.json_safe({"step": step, **row})) + "\n")
         if self.accelerator.trackers:
             self.accelerator.log(row, step=step)
 
@@ -365,8 +443,9 @@ class _Run:
         if self.main:
             atomic.write_json(os.path.join(self.cfg.output_dir, "summary.json"), summary)
         raise NonFiniteLossError(
-            f"non-finite training loss ({loss}) at step {step}: stopping; {where}. Lower optim.lr, check the data, "
-            f"or resume from the checkpoint with different settings.")
+            f"non-finite training loss ({loss}) at step {step}: stopping; {where}. Check the data, or continue from "
+            f"the checkpoint with a lower learning rate: depthbench train -c "
+            f"{os.path.join(self.cfg.output_dir, 'run_config.json')} --resume optim.lr=<lower>")
 
     # ------------------------------------------------------------------------------------------------ finish
     def finished_summary(self) -> dict | None:
@@ -468,6 +547,7 @@ def build_model_config(cfg: RunConfig, shards) -> tuple[str, Any]:
     if arch is None:
         raise RunConfigError("model.arch is required unless model.config_path names a depthbench config")
     registry.get(arch)
+    _check_field_names(registry.get(arch).config_class, m.fields)
     fields.update(m.fields)
     data_vocab = shards.vocab_size
     vocab = m.vocab_size or fields.get("vocab_size") or data_vocab
@@ -487,6 +567,26 @@ def build_model_config(cfg: RunConfig, shards) -> tuple[str, Any]:
             f"data.seq_len={cfg.data.seq_len} exceeds the model's max_position_embeddings="
             f"{config.max_position_embeddings}; lower data.seq_len or set model.fields.max_position_embeddings")
     return arch, config
+
+
+def _check_field_names(config_class, fields: dict) -> None:
+    """Refuse ``model.fields`` keys the architecture's config class does not know (a typo would otherwise be
+    stored as an unused attribute and the default size trained)."""
+    import difflib
+    import inspect
+
+    known: set[str] = set()
+    for klass in config_class.__mro__:
+        if "__init__" in vars(klass):
+            known |= {name for name, p in inspect.signature(klass.__init__).parameters.items()
+                      if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and name != "self"}
+    known |= set(config_class().to_dict())
+    for key in fields:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=3)
+            hint = f"did you mean {', '.join(close)}? " if close else ""
+            raise RunConfigError(f"unknown config key 'model.fields.{key}': {config_class.__name__} has no field "
+                                 f"{key!r}; {hint}valid fields: {', '.join(sorted(known))}")
 
 
 def param_groups(model: torch.nn.Module, optim) -> list[dict]:
@@ -544,14 +644,14 @@ def _default_peak_flops(device: torch.device) -> float | None:
     return next((flops for key, flops in PEAK_FLOPS if key in name), None)
 
 
-def _open_split(data_dir: str, split: str):
+def _open_split(data_dir: str, split: str, allow_empty: bool = False):
     if not os.path.isdir(data_dir):
         raise RunConfigError(f"data.data_dir={data_dir!r} does not exist (prepare it with `depthbench prepare-data`)")
     try:
         shards = TokenShards(data_dir, split)
     except KeyError as exc:
         raise RunConfigError(f"{data_dir} has no {split!r} split: {exc}") from exc
-    if shards.num_tokens == 0:
+    if shards.num_tokens == 0 and not allow_empty:
         raise RunConfigError(f"the {split!r} split of {data_dir} is empty (0 tokens)")
     return shards
 
@@ -581,22 +681,37 @@ def _flat_hparams(tree: dict, prefix: str = "") -> dict:
 
 # ================================================================================================ signals
 class _StopFlag:
-    """SIGTERM/SIGINT set a flag; the loop checkpoints and stops after the current step (all ranks agree)."""
+    """Stop signals (SIGTERM, SIGINT and ``train.preempt_signal``) set a flag; the loop checkpoints and stops after
+    the current step, on all ranks together (the flag is summed over ranks every step, so a signal to any one rank
+    stops them all at the same step and every rank takes part in the one checkpoint).
 
-    def __init__(self, accelerator):
-        self.acc = accelerator
+    The handler stays installed until training ends: further copies of a stop signal (a scheduler signals every
+    process of the job and ``torchrun`` forwards another copy to its workers) are counted and ignored, so nothing
+    interrupts the checkpoint. Only SIGKILL ends the process before it.
+    """
+
+    def __init__(self, preempt_signal: str | None = None):
+        self.acc = None
         self.signal_name: str | None = None
+        self.received = 0
+        self.signals = [signal.SIGTERM, signal.SIGINT]
+        extra = signal_number(preempt_signal) if preempt_signal else None
+        if extra is not None and extra not in self.signals:
+            self.signals.append(signal.Signals(extra))
 
     @contextlib.contextmanager
     def installed(self):
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
-        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        previous = {s: signal.getsignal(s) for s in self.signals}
 
         def handler(signum, frame):
-            self.signal_name = signal.Signals(signum).name
-            signal.signal(signum, previous[signum])  # a second signal acts as usual (e.g. KeyboardInterrupt)
+            self.received += 1
+            if self.signal_name is None:
+                self.signal_name = signal.Signals(signum).name
+                print(f"depthbench train: {self.signal_name} received: checkpointing after the current step, then "
+                      "exiting (further stop signals are ignored until then)", file=sys.stderr, flush=True)
 
         for s in previous:
             signal.signal(s, handler)
@@ -608,7 +723,7 @@ class _StopFlag:
 
     def requested(self) -> bool:
         flag = self.signal_name is not None
-        if self.acc.num_processes > 1:
+        if self.acc is not None and self.acc.num_processes > 1:
             t = torch.tensor([1.0 if flag else 0.0], device=self.acc.device)
             flag = bool(self.acc.reduce(t, reduction="sum").item() > 0)
             if flag and self.signal_name is None:
@@ -629,6 +744,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="start over in an --output that holds a run")
     parser.add_argument("--layer-stats-every", type=int, help="log per-block statistics every N steps")
     parser.add_argument("--profile", action="store_true", help="report the share of step time outside the model")
+    parser.add_argument("--verify-data", action="store_true",
+                        help="hash every data shard against meta.json before training, ignoring the cache "
+                             "(data.verify=always)")
+    parser.add_argument("--preempt-signal", metavar="SIGNAL",
+                        help="extra stop signal, e.g. SIGUSR1 for Slurm's --signal=USR1@90 (train.preempt_signal; "
+                             "default SIGUSR1; 'none' to disable)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="dotted overrides, e.g. train.max_steps=100 optim.lr=1e-3")
 
@@ -648,16 +769,35 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         flags.append("overwrite=true")
     if args.profile:
         flags.append("train.profile=true")
+    if getattr(args, "verify_data", False):
+        flags.append("data.verify=always")
+    if getattr(args, "preempt_signal", None) is not None:
+        value = None if args.preempt_signal.lower() in ("none", "null", "") else args.preempt_signal
+        flags.append(f"train.preempt_signal={json.dumps(value)}")
     return load_run_config(args.config, flags + list(args.overrides))
 
 
+#: Exit codes of ``depthbench train`` / ``prepare-data`` / ``sweep`` (one convention, see the README).
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def exit_code(exc: BaseException) -> int:
+    """2 for bad usage or input (config, data, a corrupt checkpoint, an unwritable output folder), 1 for a run that
+    failed while training (non-finite loss, disk full while checkpointing, other I/O errors)."""
+    if isinstance(exc, (CheckpointError, FileNotFoundError)) or (
+            isinstance(exc, ValueError) and not isinstance(exc, TrainingError)):
+        return EXIT_USAGE
+    return EXIT_FAILED
+
+
 def run_cli(args: argparse.Namespace) -> int:
-    """Entry point of ``depthbench train``; returns the process exit code."""
+    """Entry point of ``depthbench train``; returns the process exit code (0 also when stopped by a signal after
+    checkpointing; 1 when the run failed; 2 for bad usage or input)."""
     try:
         summary = train(config_from_args(args))
-    except (RunConfigError, TrainingError, FileNotFoundError, ValueError) as exc:
+    except (RunConfigError, TrainingError, ValueError, OSError) as exc:
         print(f"depthbench train: error: {exc}", file=sys.stderr)
-        return 1
+        return exit_code(exc)
     finally:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()

@@ -26,6 +26,7 @@ On-disk format (``FORMAT_VERSION`` 1)::
       train/shard_00000.done.json    # completion record of that shard (used for resuming)
       eval/shard_00000.bin ...       # only when an eval split was requested
       <extra split>/shard_00000.bin  # extra named splits (``extra_splits``)
+      .verified.json                 # written by training: shards whose sha256 was checked (``verify_data``)
 
 Token ids are stored as ``uint16`` when ``len(tokenizer) <= 65536`` and as ``uint32`` otherwise.
 Documents are concatenated in input order; each one is tokenized with ``add_special_tokens=True`` and
@@ -43,7 +44,7 @@ bytes), visiting splits in sorted name order and shards in order; identical toke
 hash regardless of timestamps or paths.
 """
 
-from depthbench.data.loader import TokenShards, TokenWindows, WindowLoader, load_meta
+from depthbench.data.loader import DataError, TokenShards, TokenWindows, WindowLoader, load_meta, verify_data
 from depthbench.data.prepare import (
     EOS_TOKEN,
     FORMAT_VERSION,
@@ -55,6 +56,7 @@ from depthbench.data.prepare import (
 )
 
 __all__ = [
-    "EOS_TOKEN", "FORMAT_VERSION", "LOCAL_EXTENSIONS", "PAD_TOKEN", "TokenShards", "TokenWindows", "WindowLoader",
-    "load_meta", "make_tiny_tokenizer", "prepare_data", "token_dtype",
+    "DataError", "EOS_TOKEN", "FORMAT_VERSION", "LOCAL_EXTENSIONS", "PAD_TOKEN", "TokenShards", "TokenWindows",
+    "WindowLoader",
+    "load_meta", "make_tiny_tokenizer", "prepare_data", "token_dtype", "verify_data",
 ]

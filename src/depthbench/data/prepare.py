@@ -298,24 +298,28 @@ def _iter_source_texts(src: _Source, text_field: str, dataset_config: str | None
     if src.kind == "parquet":
         import pyarrow.parquet as pq
 
-        pf = pq.ParquetFile(src.path)
+        try:
+            pf = pq.ParquetFile(src.path)
+        except Exception as exc:  # noqa: BLE001 - pyarrow's errors do not name the file
+            raise ValueError(f"{src.path}: cannot read as parquet ({type(exc).__name__}: {exc})") from None
         names = pf.schema_arrow.names
         if text_field not in names:
             raise ValueError(f"{src.path}: parquet file has no column {text_field!r} (columns: {names})")
         for batch in pf.iter_batches(columns=[text_field], batch_size=1024):
             yield from batch.column(0).to_pylist()
     elif src.kind == "jsonl":
-        with open(src.path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
+        with open(src.path, "rb") as f:
+            for lineno, raw_line in enumerate(f, 1):
+                line = _decode_line(raw_line, src.path, lineno)
                 if line.strip():
-                    yield _extract_text(json.loads(line), text_field, f"{src.path}:{lineno}")
+                    yield _extract_text(_json_line(line, src.path, lineno), text_field, f"{src.path}:{lineno}")
     elif src.kind == "json":
-        with open(src.path, encoding="utf-8") as f:
-            raw = f.read()
+        with open(src.path, "rb") as f:
+            raw = _decode_line(f.read(), src.path, None)
         try:
             data = json.loads(raw)
         except json.JSONDecodeError:  # JSON lines with a .json extension
-            data = [json.loads(line) for line in raw.splitlines() if line.strip()]
+            data = [_json_line(line, src.path, n) for n, line in enumerate(raw.splitlines(), 1) if line.strip()]
         if isinstance(data, dict):
             if isinstance(data.get(text_field), list):
                 data = data[text_field]
@@ -326,13 +330,32 @@ def _iter_source_texts(src: _Source, text_field: str, dataset_config: str | None
         for i, rec in enumerate(data):
             yield _extract_text(rec, text_field, f"{src.path}[{i}]")
     elif src.kind == "txt":
-        with open(src.path, encoding="utf-8") as f:
-            for line in f:
-                yield line.rstrip("\r\n")
+        with open(src.path, "rb") as f:
+            for lineno, raw_line in enumerate(f, 1):
+                yield _decode_line(raw_line, src.path, lineno).rstrip("\r\n")
     elif src.kind == "hf":
         yield from _iter_hf_dataset(src.path, text_field, dataset_config, split)
     else:  # pragma: no cover - guarded by _file_kind
         raise ValueError(f"unsupported source kind {src.kind!r}")
+
+
+def _decode_line(raw: bytes, path: str, lineno: int | None) -> str:
+    """UTF-8 text of ``raw`` (line ``lineno`` of ``path``, or the whole file); a clear error for binary files."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        where = f"{path}:{lineno}" if lineno is not None else path
+        raise ValueError(f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at position {exc.start}"
+                         f"{' of the line' if lineno is not None else ''}); is it a binary file? Input files must "
+                         "be UTF-8 text (.txt/.jsonl/.json) or parquet") from None
+
+
+def _json_line(line: str, path: str, lineno: int) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}:{lineno}: malformed JSON line ({exc.msg} at column {exc.colno}); each line of a "
+                         "JSON-lines file must be one JSON object") from None
 
 
 def _iter_hf_dataset(name: str, text_field: str, dataset_config: str | None, split: str) -> Iterator[Any]:
@@ -744,6 +767,22 @@ def prepare_data(
 
 # ================================================================================================ CLI
 def _cmd_prepare_data(args) -> int:
+    """``depthbench prepare-data``; exit codes as ``depthbench train``: 2 for bad usage or input (``ValueError``,
+    reported by ``depthbench.cli``; also an unreadable input or unwritable output), 1 for other I/O failures (a
+    full disk)."""
+    import errno
+
+    try:
+        return _prepare_data_cli(args)
+    except OSError as exc:
+        import sys
+
+        print(f"depthbench prepare-data: error: {exc}", file=sys.stderr)
+        usage = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
+        return 2 if exc.errno in usage else 1
+
+
+def _prepare_data_cli(args) -> int:
     extra = {}
     for item in args.extra_split or []:
         name, sep, files = item.partition("=")
