@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as hf_init
@@ -307,8 +308,52 @@ class Wiring(nn.Module):
         return [(model.layers[i], model.layers[j])]
 
 
+def stream_checkpointing(checkpoint_fn: Callable) -> Callable:
+    """Adapt a checkpointing function (``torch.utils.checkpoint.checkpoint`` with its keywords bound) to streams
+    that are pytrees of tensors (NamedTuples, tuples of tensors, ``None`` and ints), not single tensors.
+
+    Reentrant checkpointing (``use_reentrant=True``, what PEFT enables in many setups) runs the block inside an
+    ``autograd.Function``, which sees only top-level tensor arguments and returns its outputs as a plain tuple: a
+    NamedTuple stream would lose its type and its tensors would get no gradient. The adapter hands the checkpoint
+    the stream's flattened leaves and rebuilds the stream (input and output) around the block, so both modes give
+    the same loss and gradients. Tensor streams pass through untouched.
+    """
+    if getattr(checkpoint_fn, "_depthbench_stream_adapter", False):
+        return checkpoint_fn
+
+    def checkpoint_stream(function: Callable, *args):
+        if all(isinstance(a, torch.Tensor) for a in args):
+            return checkpoint_fn(function, *args)
+        leaves, spec = pytree.tree_flatten(args)
+        out_spec: list = []
+
+        def flat_function(*flat_leaves):
+            out_leaves, tree = pytree.tree_flatten(function(*pytree.tree_unflatten(list(flat_leaves), spec)))
+            out_spec[:] = [tree]  # the same on the backward re-computation
+            return tuple(out_leaves)
+
+        out = checkpoint_fn(flat_function, *leaves)
+        return pytree.tree_unflatten(list(out), out_spec[0])
+
+    checkpoint_stream._depthbench_stream_adapter = True
+    return checkpoint_stream
+
+
 class DecoderLayer(GradientCheckpointingLayer):
-    """One transformer block: attention and MLP sublayers, each wrapped by its residual module."""
+    """One transformer block: attention and MLP sublayers, each wrapped by its residual module.
+
+    Gradient checkpointing goes through :func:`stream_checkpointing`, so both ``use_reentrant`` modes work for
+    streams that are not single tensors.
+    """
+
+    @property
+    def _gradient_checkpointing_func(self) -> Callable | None:
+        return self.__dict__.get("_stream_checkpointing_func")
+
+    @_gradient_checkpointing_func.setter
+    def _gradient_checkpointing_func(self, checkpoint_fn: Callable) -> None:
+        # transformers' `_set_gradient_checkpointing` assigns the checkpoint function here; adapt it to streams.
+        self.__dict__["_stream_checkpointing_func"] = stream_checkpointing(checkpoint_fn)
 
     def __init__(self, config: DepthBenchConfig, layer_idx: int, wiring: Wiring):
         super().__init__()

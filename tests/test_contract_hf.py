@@ -81,3 +81,34 @@ def test_offloaded_model_matches_in_memory(arch_id, checkpoints, tmp_path):
         assert max_abs_diff(a, b) < ATOL
     prompt = ckpt.input_ids[:1, :4]
     assert torch.equal(_greedy(offloaded, prompt, 3), _greedy(reference, prompt, 3))
+
+
+# ============================================================================================ checkpointing
+@ARCH
+def test_reentrant_gradient_checkpointing_gives_same_loss_and_grads(arch_id):
+    """``use_reentrant=True`` (PEFT's default in many setups) must work for streams that are not plain tensors
+    (``test_contract.py`` covers the default non-reentrant mode)."""
+    plain = tiny_model(arch_id).train()
+    checkpointed = tiny_model(arch_id).train()
+    checkpointed.load_state_dict(plain.state_dict())
+    checkpointed.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": True})
+    calls = {"n": 0}
+    forward = checkpointed.model.layers[0].mlp.forward
+
+    def counted(*args, **kwargs):
+        calls["n"] += 1
+        return forward(*args, **kwargs)
+
+    checkpointed.model.layers[0].mlp.forward = counted
+    ids = random_ids(2, 8, seed=9)
+    losses = {}
+    for name, model in (("plain", plain), ("checkpointed", checkpointed)):
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        losses[name] = loss.item()
+    assert calls["n"] == 2  # the block was really recomputed in backward
+    assert abs(losses["plain"] - losses["checkpointed"]) < 1e-6
+    grads = dict(checkpointed.named_parameters())
+    for name, p in plain.named_parameters():
+        assert p.grad is not None and grads[name].grad is not None, name
+        assert max_abs_diff(p.grad, grads[name].grad) < 1e-6, name
