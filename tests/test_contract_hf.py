@@ -18,13 +18,22 @@ import warnings
 
 import pytest
 import torch
-from helpers import ARCH_IDS, max_abs_diff, random_ids, tiny_model
+import torch.nn.functional as F
+from helpers import ARCH_IDS, TINY, max_abs_diff, random_ids, tiny_model
 from torch import nn
+from transformers import DynamicCache
 
 from depthbench.registry import ARCHITECTURES
 
 ARCH = pytest.mark.parametrize("arch_id", ARCH_IDS)
 ATOL = 1e-5
+NUM_LAYERS = TINY["num_hidden_layers"]
+
+
+def _cache_of(output):
+    """The KV cache of a model output (field ``cache`` in transformers 5.24, ``past_key_values`` in 5.23)."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else getattr(output, "past_key_values", None)
 
 
 @torch.no_grad()
@@ -112,3 +121,118 @@ def test_reentrant_gradient_checkpointing_gives_same_loss_and_grads(arch_id):
     for name, p in plain.named_parameters():
         assert p.grad is not None and grads[name].grad is not None, name
         assert max_abs_diff(p.grad, grads[name].grad) < 1e-6, name
+
+
+# ============================================================================================ loss keywords
+@ARCH
+def test_loss_takes_shift_labels_and_loss_keywords(arch_id):
+    """Pre-shifted targets (sequence/context parallelism) replace the shift of ``labels``, as in Llama."""
+    model = tiny_model(arch_id)
+    ids = random_ids(2, 9, seed=31)
+    shift_labels = random_ids(2, 9, seed=32)  # deliberately NOT ids shifted by one
+    shift_labels[0, :3] = -100
+    logits = _logits(model, ids)
+    flat = logits.reshape(-1, logits.shape[-1])
+    with torch.no_grad():
+        loss = model(input_ids=ids, labels=ids, shift_labels=shift_labels, use_cache=False).loss
+        summed = model(input_ids=ids, labels=ids, shift_labels=shift_labels, num_items_in_batch=5, use_cache=False)
+        other = shift_labels.clamp(min=0)  # a custom ignore_index: id 7 is ignored, -100 would be out of range
+        ignored = model(input_ids=ids, labels=ids, shift_labels=other, ignore_index=7, use_cache=False).loss
+    assert abs(loss.item() - F.cross_entropy(flat, shift_labels.reshape(-1)).item()) < ATOL
+    expected_sum = F.cross_entropy(flat, shift_labels.reshape(-1), reduction="sum").item() / 5
+    assert abs(summed.loss.item() - expected_sum) < ATOL
+    assert abs(ignored.item() - F.cross_entropy(flat, other.reshape(-1), ignore_index=7).item()) < ATOL
+
+
+# ============================================================================================ attentions
+@ARCH
+def test_output_attentions_with_eager_and_in_generate(arch_id):
+    model = tiny_model(arch_id, attn_implementation="eager")
+    ids = random_ids(2, 6, seed=33)
+    with torch.no_grad():
+        out = model(input_ids=ids, output_attentions=True, use_cache=False)
+    assert out.attentions is not None and len(out.attentions) == NUM_LAYERS
+    for weights in out.attentions:
+        b, h, t, keys = weights.shape
+        assert (b, h, t) == (2, TINY["num_attention_heads"], 6) and keys >= 6  # MoDA adds its depth keys
+        assert max_abs_diff(weights.sum(-1), torch.ones(b, h, t)) < ATOL
+        assert weights[..., :6].triu(1).abs().max() == 0  # causal: no weight on future positions
+    as_tuple = model(input_ids=ids, output_attentions=True, use_cache=False, return_dict=False)
+    assert len(as_tuple[-1]) == NUM_LAYERS
+    generated = _greedy(model, ids, 3, output_attentions=True, return_dict_in_generate=True)
+    assert len(generated.attentions) == 3 and all(len(step) == NUM_LAYERS for step in generated.attentions)
+    assert generated.attentions[-1][0].shape[2] == 1  # decoding steps: one query each
+
+
+@ARCH
+def test_output_attentions_refused_without_eager_and_dispatched_from_config(arch_id, checkpoints):
+    sdpa = tiny_model(arch_id, attn_implementation="sdpa")
+    with pytest.raises(ValueError, match=rf"output_attentions=True needs attn_implementation='eager'.*{arch_id}"):
+        sdpa(input_ids=random_ids(1, 4, seed=34), output_attentions=True)
+    # like any transformers model: asking for attentions at load time selects the eager backend
+    ckpt = checkpoints.get(arch_id)
+    loaded = ARCHITECTURES[arch_id].causal_lm_class.from_pretrained(ckpt.path, output_attentions=True)
+    assert loaded.config._attn_implementation == "eager"
+    with torch.no_grad():
+        assert len(loaded(input_ids=ckpt.input_ids).attentions) == NUM_LAYERS
+
+
+# ============================================================================================ cache keyword
+@ARCH
+def test_old_cache_keyword_behaves_like_llama(arch_id):
+    """transformers 5.24 renamed ``past_key_values`` to ``cache`` and its Llama warns about the old name (5.23's
+    Llama takes it silently, it being the current name there): ours does exactly what the installed Llama does."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tiny_llama = LlamaConfig(vocab_size=TINY["vocab_size"], hidden_size=32, intermediate_size=64,
+                             num_hidden_layers=1, num_attention_heads=4)
+    llama = LlamaForCausalLM(tiny_llama).eval()
+    model = tiny_model(arch_id)
+    ids = random_ids(1, 5, seed=35)
+    kinds = {}
+    for name, m in (("llama", llama), ("ours", model)):
+        with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+            warnings.simplefilter("always")
+            out = m(input_ids=ids[:, :3], past_key_values=DynamicCache(config=m.config), use_cache=True)
+            m(input_ids=ids[:, 3:], past_key_values=_cache_of(out), use_cache=True)
+        kinds[name] = sorted({w.category.__name__ for w in caught if "past_key_values" in str(w.message)})
+    assert kinds["ours"] == kinds["llama"]
+    # and the old keyword still reaches the cache: incremental logits equal the full forward
+    cache = DynamicCache(config=model.config)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        first = model(input_ids=ids[:, :3], past_key_values=cache, use_cache=True).logits
+        second = model(input_ids=ids[:, 3:], past_key_values=cache, use_cache=True).logits
+    assert max_abs_diff(torch.cat([first, second], 1), _logits(model, ids)) < ATOL
+
+
+# ============================================================================================ static cache, compile
+@ARCH
+def test_static_cache_greedy_equals_dynamic(arch_id):
+    model = tiny_model(arch_id)
+    ids = random_ids(2, 5, seed=36)
+    kwargs = {"output_logits": True, "return_dict_in_generate": True}
+    dynamic = _greedy(model, ids, 6, **kwargs)
+    static = _greedy(model, ids, 6, cache_implementation="static", **kwargs)
+    assert torch.equal(static.sequences, dynamic.sequences)
+    for a, b in zip(static.logits, dynamic.logits, strict=True):
+        assert max_abs_diff(a, b) < ATOL
+
+
+@pytest.mark.slow  # torch.compile traces every architecture (~7 s each on one core)
+@ARCH
+def test_generate_compiled_with_static_cache(arch_id):
+    """``_can_compile_fullgraph`` is declared: generate's compiled decoding path (fullgraph, static cache) runs and
+    gives the eager tokens. The ``eager`` dynamo backend checks graph capture without a C++ toolchain."""
+    from transformers import CompileConfig
+
+    model = tiny_model(arch_id)
+    assert type(model)._can_compile_fullgraph
+    ids = random_ids(1, 5, seed=37)
+    reference = _greedy(model, ids, 4, cache_implementation="static")
+    compile_config = CompileConfig(fullgraph=True, backend="eager", mode=None)
+    compile_config._compile_all_devices = True  # transformers' switch to compile on CPU too
+    torch._dynamo.reset()
+    compiled = _greedy(model, ids, 4, cache_implementation="static", compile_config=compile_config)
+    assert hasattr(model, "_compiled_call")  # the compiled path really ran
+    assert torch.equal(compiled, reference)

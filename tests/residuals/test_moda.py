@@ -192,7 +192,9 @@ def test_no_depth_is_plain_causal_attention_and_mask_formats_agree():
     reference = additive_mask(as_bool, t, t, q.device)
     assert torch.equal(additive_mask(pad, t, t, q.device), reference)
     assert torch.equal(additive_mask(as_float, t, t, q.device), reference)
-    assert torch.equal(additive_mask(None, 2, 5, q.device)[0, 0], reference[1, 0, 3:])  # last 2 queries of 5
+    # no mask = sdpa's is_causal: top-left aligned (a static-cache prefill: keys after the prompt are empty slots)
+    assert torch.equal(additive_mask(None, 2, 5, q.device)[0, 0], reference[1, 0, :2, :5])
+    assert torch.equal(additive_mask(None, 1, 5, q.device), torch.zeros(1, 1, 1, 5))  # one query sees every key
     with pytest.raises(NotImplementedError, match="eager"):
         additive_mask(object(), t, t, q.device)
     # a query row whose sequence keys are all masked stays finite (depth keys, or uniform at worst)
