@@ -236,3 +236,93 @@ def test_generate_compiled_with_static_cache(arch_id):
     compiled = _greedy(model, ids, 4, cache_implementation="static", compile_config=compile_config)
     assert hasattr(model, "_compiled_call")  # the compiled path really ran
     assert torch.equal(compiled, reference)
+
+
+# ============================================================================================ RoPE scaling
+ROPE_SCALINGS = {
+    "linear": {"rope_type": "linear", "factor": 2.0},
+    "dynamic": {"rope_type": "dynamic", "factor": 2.0},
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32},
+    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 32},
+}
+
+
+@pytest.mark.parametrize("rope_type", list(ROPE_SCALINGS))
+def test_rope_scaling_equals_llama(rope_type):
+    """``rope_parameters`` means exactly what it means for ``LlamaForCausalLM`` (``pre_ln`` is a Llama), also past
+    ``max_position_embeddings``, where dynamic NTK rescales."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    rope = {**ROPE_SCALINGS[rope_type], "rope_theta": 10000.0}
+    model = tiny_model("pre_ln", rope_parameters=dict(rope))
+    c = model.config
+    llama = LlamaForCausalLM(LlamaConfig(
+        vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
+        num_hidden_layers=c.num_hidden_layers, num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=c.num_key_value_heads, head_dim=c.head_dim,
+        max_position_embeddings=c.max_position_embeddings, rms_norm_eps=c.rms_norm_eps,
+        rope_parameters=dict(rope), tie_word_embeddings=False,
+    )).eval()
+    llama.load_state_dict(model.state_dict())
+    ids = random_ids(1, TINY["max_position_embeddings"] + 16, seed=38)
+    assert max_abs_diff(_logits(model, ids), _logits(llama, ids)) < ATOL
+
+
+@ARCH
+def test_rope_scaling_applies_and_survives_from_pretrained(arch_id, tmp_path):
+    plain = tiny_model(arch_id)
+    scaled = tiny_model(arch_id, rope_parameters=dict(ROPE_SCALINGS["yarn"]))
+    scaled.load_state_dict(plain.state_dict())
+    ids = random_ids(1, 12, seed=39)
+    logits = _logits(scaled, ids)
+    assert max_abs_diff(logits, _logits(plain, ids)) > 1e-6  # the scaling is really applied
+    scaled.save_pretrained(tmp_path)
+    loaded = ARCHITECTURES[arch_id].causal_lm_class.from_pretrained(tmp_path).eval()
+    assert loaded.config.rope_parameters["rope_type"] == "yarn"
+    assert max_abs_diff(_logits(loaded, ids), logits) < ATOL  # frequencies recomputed after meta-device loading
+
+
+def test_rope_parameters_are_validated():
+    with pytest.raises(ValueError, match="rope_type"):
+        tiny_model("pre_ln", rope_parameters={"rope_type": "warp"})
+    with pytest.raises(ValueError, match="factor"):
+        tiny_model("pre_ln", rope_parameters={"rope_type": "linear"})
+
+
+# ============================================================================================ masks and packing
+def _documents() -> list[torch.Tensor]:
+    return [random_ids(1, 5, seed=40)[0], random_ids(1, 7, seed=41)[0]]
+
+
+@ARCH
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_padding_free_packed_batch_equals_documents_alone(arch_id, attn):
+    """transformers' padding-free packing (``DataCollatorWithFlattening``): one row, ``position_ids`` restarting at
+    every document, no attention mask; each document must see only itself, in eval (cache on) and training."""
+    model = tiny_model(arch_id, attn_implementation=attn)
+    docs = _documents()
+    packed = torch.cat(docs)[None]
+    position_ids = torch.cat([torch.arange(len(d)) for d in docs])[None]
+    alone = torch.cat([_logits(model, d[None])[0] for d in docs])
+    with torch.no_grad():
+        evaluated = model(input_ids=packed, position_ids=position_ids).logits[0]  # use_cache from the config
+        trained = model.train()(input_ids=packed, position_ids=position_ids).logits[0]
+    assert max_abs_diff(evaluated, alone) < ATOL
+    assert max_abs_diff(trained, alone) < ATOL
+
+
+@ARCH
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_custom_4d_attention_mask(arch_id, attn):
+    """A custom additive 4-D mask ``[B, 1, T, T]`` (0 = attend, dtype min = masked) is used as given, as in Llama:
+    a block-diagonal mask over two packed documents gives each document's own logits."""
+    model = tiny_model(arch_id, attn_implementation=attn)
+    docs = _documents()
+    sizes = [len(d) for d in docs]
+    allowed = torch.block_diag(*[torch.ones(n, n) for n in sizes]).tril().bool()
+    mask = torch.zeros(1, 1, *allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    position_ids = torch.cat([torch.arange(n) for n in sizes])[None]
+    out = _logits(model, torch.cat(docs)[None], attention_mask=mask, position_ids=position_ids)[0]
+    alone = torch.cat([_logits(model, d[None])[0] for d in docs])
+    assert max_abs_diff(out, alone) < ATOL
