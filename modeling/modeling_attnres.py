@@ -28,7 +28,18 @@ from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import Branch, DecoderLayer, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring
+from .modeling_depthbench import (
+    Branch,
+    DecoderLayer,
+    DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
+    DepthBenchModel,
+    Norm,
+    Residual,
+    Wiring,
+)
 
 
 # ================================================================================================ configs
@@ -355,5 +366,35 @@ class BlockAttnResModel(DepthBenchModel):
 
 
 class BlockAttnResForCausalLM(DepthBenchForCausalLM):
+    config_class = BlockAttnResConfig
+    model_class = BlockAttnResModel
+
+
+class AttnResForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = AttnResConfig
+    model_class = AttnResModel
+
+
+class AttnResForTokenClassification(DepthBenchForTokenClassification):
+    config_class = AttnResConfig
+    model_class = AttnResModel
+
+
+class AttnResForQuestionAnswering(DepthBenchForQuestionAnswering):
+    config_class = AttnResConfig
+    model_class = AttnResModel
+
+
+class BlockAttnResForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = BlockAttnResConfig
+    model_class = BlockAttnResModel
+
+
+class BlockAttnResForTokenClassification(DepthBenchForTokenClassification):
+    config_class = BlockAttnResConfig
+    model_class = BlockAttnResModel
+
+
+class BlockAttnResForQuestionAnswering(DepthBenchForQuestionAnswering):
     config_class = BlockAttnResConfig
     model_class = BlockAttnResModel

@@ -32,11 +32,16 @@ import torch
 import torch.nn.functional as F
 import torch.utils._pytree as pytree
 from torch import nn
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import AutoModel, GenerationMixin, PreTrainedModel
 from transformers import initialization as hf_init
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.masking_utils import create_causal_mask
-from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_layers import (
+    GenericForQuestionAnswering,
+    GenericForSequenceClassification,
+    GenericForTokenClassification,
+    GradientCheckpointingLayer,
+)
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -473,6 +478,21 @@ class DepthBenchPreTrainedModel(PreTrainedModel):
                     names.add(f"{prefix}{n}")
         return names
 
+    def _decoder_class(self) -> type["DepthBenchModel"]:
+        """The architecture's decoder class (``model_class`` of a model with a head, the class itself otherwise)."""
+        return getattr(self, "model_class", None) or type(self)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """``PreTrainedModel.save_pretrained`` plus a complete ``auto_map`` (AutoConfig, AutoModel, the causal LM
+        and every task head of the architecture), so every Auto class loads the checkpoint with
+        ``trust_remote_code=True``, whichever of the models was saved."""
+        decoder = self._decoder_class()
+        self.config.auto_map = {
+            "AutoConfig": _class_path(type(self.config)),
+            **{auto: _class_path(cls) for auto, cls in getattr(decoder, "auto_classes", {}).items()},
+        }
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
     # ------------------------------------------------------------------------------------ analysis interventions
     def _base(self) -> "DepthBenchModel":
         return getattr(self, self.base_model_prefix, self)
@@ -546,6 +566,14 @@ class DepthBenchModel(DepthBenchPreTrainedModel):
     _auto_class = "AutoModel"  # save_pretrained copies the modeling files (remote code) and writes auto_map
 
     wiring_class: type[Wiring] = Wiring
+    #: Auto class name -> class, for every model built on this decoder: itself ("AutoModel"), then the causal LM
+    #: and the task heads as their classes are defined (``DecoderHead.__init_subclass__``). ``save_pretrained``
+    #: writes them all into ``auto_map`` and the registry registers them with the Auto classes.
+    auto_classes: dict[str, type] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.auto_classes = {"AutoModel": cls}
     layer_class: type[DecoderLayer] = DecoderLayer
 
     def __init__(self, config: DepthBenchConfig):
@@ -654,10 +682,22 @@ class DepthBenchModel(DepthBenchPreTrainedModel):
         )
 
 
-class DepthBenchForCausalLM(DepthBenchPreTrainedModel, GenerationMixin):
-    """Decoder + untied (by default) LM head. Architectures subclass it and set :attr:`model_class`."""
+class DecoderHead:
+    """Mixin of every model that puts a head on an architecture's decoder (``model_class``): the causal LM and
+    the task heads. Defining a subclass with its own ``model_class`` records it in ``model_class.auto_classes``
+    under its ``_auto_class``."""
 
     model_class: type[DepthBenchModel] = DepthBenchModel
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "model_class" in cls.__dict__ and getattr(cls, "_auto_class", None):
+            cls.model_class.auto_classes[cls._auto_class] = cls
+
+
+class DepthBenchForCausalLM(DecoderHead, DepthBenchPreTrainedModel, GenerationMixin):
+    """Decoder + untied (by default) LM head. Architectures subclass it and set :attr:`model_class`."""
+
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
     _auto_class = "AutoModelForCausalLM"
 
@@ -667,16 +707,6 @@ class DepthBenchForCausalLM(DepthBenchPreTrainedModel, GenerationMixin):
         self.vocab_size = config.vocab_size
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """``PreTrainedModel.save_pretrained`` plus a complete ``auto_map`` (AutoConfig, AutoModel and
-        AutoModelForCausalLM), so every Auto class loads the checkpoint with ``trust_remote_code=True``."""
-        self.config.auto_map = {
-            "AutoConfig": _class_path(type(self.config)),
-            "AutoModel": _class_path(self.model_class),
-            "AutoModelForCausalLM": _class_path(type(self)),
-        }
-        return super().save_pretrained(save_directory, *args, **kwargs)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.model.embed_tokens
@@ -733,3 +763,33 @@ class DepthBenchForCausalLM(DepthBenchPreTrainedModel, GenerationMixin):
             attentions=outputs.attentions,
             **{_CACHE_FIELD: getattr(outputs, _CACHE_FIELD)},
         )
+
+
+# ================================================================================================ task heads
+class TaskHead(DecoderHead):
+    """Mixin of the task heads: transformers' generic heads (``GenericForSequenceClassification`` & co., the
+    classes ``LlamaForSequenceClassification`` & co. are made of) on the architecture's decoder. The generic
+    heads build their decoder with ``AutoModel.from_config``; the config class is mapped to this architecture's
+    decoder first, which also holds in a process that loaded the classes as remote code (without depthbench)."""
+
+    def __init__(self, config: DepthBenchConfig):
+        AutoModel.register(type(config), self.model_class, exist_ok=True)
+        super().__init__(config)
+
+
+class DepthBenchForSequenceClassification(TaskHead, GenericForSequenceClassification, DepthBenchPreTrainedModel):
+    """Sequence classification/regression from the last non-pad token (``config.num_labels``, ``problem_type``)."""
+
+    _auto_class = "AutoModelForSequenceClassification"
+
+
+class DepthBenchForTokenClassification(TaskHead, GenericForTokenClassification, DepthBenchPreTrainedModel):
+    """Per-token classification (``config.num_labels``; dropout ``classifier_dropout``, default 0.1)."""
+
+    _auto_class = "AutoModelForTokenClassification"
+
+
+class DepthBenchForQuestionAnswering(TaskHead, GenericForQuestionAnswering, DepthBenchPreTrainedModel):
+    """Extractive question answering: start/end logits per token."""
+
+    _auto_class = "AutoModelForQuestionAnswering"

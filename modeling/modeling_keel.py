@@ -7,7 +7,18 @@ Ships to the Hugging Face Hub as remote code (imports only torch, transformers a
 import torch
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring, make_norm
+from .modeling_depthbench import (
+    Branch,
+    DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
+    DepthBenchModel,
+    Norm,
+    Residual,
+    Wiring,
+    make_norm,
+)
 
 
 class KeelConfig(DepthBenchConfig):
@@ -89,5 +100,20 @@ class KeelModel(DepthBenchModel):
 
 
 class KeelForCausalLM(DepthBenchForCausalLM):
+    config_class = KeelConfig
+    model_class = KeelModel
+
+
+class KeelForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = KeelConfig
+    model_class = KeelModel
+
+
+class KeelForTokenClassification(DepthBenchForTokenClassification):
+    config_class = KeelConfig
+    model_class = KeelModel
+
+
+class KeelForQuestionAnswering(DepthBenchForQuestionAnswering):
     config_class = KeelConfig
     model_class = KeelModel

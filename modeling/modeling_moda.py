@@ -26,6 +26,9 @@ from .modeling_depthbench import (
     Attention,
     Branch,
     DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
     DepthBenchModel,
     Norm,
     Residual,
@@ -402,6 +405,30 @@ class MoDAModel(DepthBenchModel):
 
 
 class MoDAForCausalLM(DepthBenchForCausalLM):
+    config_class = MoDAConfig
+    model_class = MoDAModel
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+    _supports_attention_backend = False
+
+
+class MoDAForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = MoDAConfig
+    model_class = MoDAModel
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+    _supports_attention_backend = False
+
+
+class MoDAForTokenClassification(DepthBenchForTokenClassification):
+    config_class = MoDAConfig
+    model_class = MoDAModel
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+    _supports_attention_backend = False
+
+
+class MoDAForQuestionAnswering(DepthBenchForQuestionAnswering):
     config_class = MoDAConfig
     model_class = MoDAModel
     _supports_flash_attn = False

@@ -14,6 +14,7 @@ Run it (all architectures, or one) with::
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
@@ -326,3 +327,45 @@ def test_custom_4d_attention_mask(arch_id, attn):
     out = _logits(model, torch.cat(docs)[None], attention_mask=mask, position_ids=position_ids)[0]
     alone = torch.cat([_logits(model, d[None])[0] for d in docs])
     assert max_abs_diff(out, alone) < ATOL
+
+
+# ============================================================================================ task heads
+HEADS = ["AutoModelForSequenceClassification", "AutoModelForTokenClassification", "AutoModelForQuestionAnswering"]
+
+
+@ARCH
+def test_task_heads_load_from_a_causal_lm_checkpoint_and_train(arch_id, checkpoints):
+    """Llama's three task heads exist for every architecture (transformers' generic heads), are registered with
+    the Auto classes and written into ``auto_map``, and load the decoder of a causal-LM checkpoint by name."""
+    import transformers
+
+    ckpt = checkpoints.get(arch_id)
+    auto_map = json.loads((ckpt.path / "config.json").read_text())["auto_map"]
+    lm_state = ARCHITECTURES[arch_id].causal_lm_class.from_pretrained(ckpt.path).state_dict()
+    ids = random_ids(2, 6, seed=42)
+    ids[1, -2:] = 0  # right padding (pad id 0): sequence classification reads the last real token
+    for auto_name in HEADS:
+        expected = ARCHITECTURES[arch_id].auto_classes[auto_name]
+        assert auto_map[auto_name].endswith("." + expected.__name__)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = getattr(transformers, auto_name).from_pretrained(ckpt.path, num_labels=3, pad_token_id=0)
+        assert type(model) is expected
+        state = model.state_dict()
+        for name, tensor in lm_state.items():
+            if name.startswith("model."):
+                assert torch.equal(state[name], tensor), f"{auto_name}: {name} not loaded from the LM"
+        model.train()
+        if auto_name == "AutoModelForQuestionAnswering":
+            out = model(input_ids=ids, start_positions=torch.tensor([1, 2]), end_positions=torch.tensor([3, 3]))
+            assert out.start_logits.shape == out.end_logits.shape == (2, 6)
+        elif auto_name == "AutoModelForTokenClassification":
+            out = model(input_ids=ids, labels=torch.randint(0, 3, (2, 6)))
+            assert out.logits.shape == (2, 6, 3)
+        else:
+            out = model(input_ids=ids, labels=torch.tensor([0, 2]))
+            hidden = model.model(input_ids=ids).last_hidden_state
+            assert max_abs_diff(out.logits[1], model.score(hidden[1, 3])) < ATOL  # last non-pad token
+        assert torch.isfinite(out.loss)
+        out.loss.backward()
+        assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
