@@ -246,6 +246,9 @@ ROPE_SCALINGS = {
     "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32},
     "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 32},
+    "longrope": {"rope_type": "longrope", "factor": 2.0, "original_max_position_embeddings": 32,
+                 "short_factor": [1.0] * (TINY["hidden_size"] // TINY["num_attention_heads"] // 2),
+                 "long_factor": [1.5] * (TINY["hidden_size"] // TINY["num_attention_heads"] // 2)},
 }
 
 
