@@ -13,7 +13,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     package_dir={"depthbench": "src/depthbench", "depthbench.modeling": "modeling"},
-    packages=["depthbench", "depthbench.modeling"],
+    packages=["depthbench", "depthbench.data", "depthbench.modeling"],
     package_data={"depthbench": ["configs/*.yaml"]},
     install_requires=[
         "torch>=2.4",

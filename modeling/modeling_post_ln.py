@@ -17,6 +17,7 @@ from .modeling_depthbench import (
     Norm,
     Residual,
     Wiring,
+    upcast,
 )
 
 
@@ -43,11 +44,11 @@ class PostLNConfig(DepthBenchConfig):
 class PostLNResidual(Residual):
     """Identical to Pre-LN except that the norm moves behind the residual add: ``x <- N(x + F(x))``.
 
-    The add and the norm run in fp32 (the norm upcasts anyway) and the result is cast back to the stream dtype.
+    The add and the norm run in at least fp32 (the norm upcasts anyway) and the result is cast back to the stream dtype.
     """
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
-        return norm(stream.float() + branch(stream).float()).to(stream.dtype)  # [B,T,d]
+        return norm(upcast(stream) + upcast(branch(stream))).to(stream.dtype)  # [B,T,d]
 
 
 class PostLNWiring(Wiring):
