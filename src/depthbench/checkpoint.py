@@ -30,6 +30,7 @@ from typing import Any
 
 from depthbench import atomic
 from depthbench.config import RunConfig, RunConfigError
+from depthbench.data.prepare import TOKENIZER_CONFIG, finalize_tokenizer_config
 
 #: Keys of the run config that define a run; resuming with a different value is refused.
 IDENTITY_KEYS = ("model", "data.data_dir", "data.seq_len", "optim", "train.global_batch_size", "train.seed")
@@ -221,6 +222,8 @@ class Checkpointer:
                     src = os.path.join(tokenizer_dir, file)
                     if os.path.isfile(src):
                         shutil.copy2(src, os.path.join(path, file))
+                if os.path.isfile(os.path.join(path, TOKENIZER_CONFIG)):  # the export's copy knows its model
+                    finalize_tokenizer_config(path, model_max_length=unwrapped.config.max_position_embeddings)
 
     def export_hf(self, path: str, model, tokenizer_dir: str | None) -> None:
         """Atomic HF export (``path.tmp`` then rename) of the model + tokenizer."""
