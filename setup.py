@@ -32,7 +32,7 @@ setup(
     ],
     extras_require={
         "track": ["tensorboard", "wandb"],
-        "test": ["pytest>=8", "tensorboard", "ruff", "pyarrow"],
+        "test": ["pytest>=8", "tensorboard", "ruff", "pyarrow", "peft>=0.21"],
     },
     entry_points={"console_scripts": ["depthbench=depthbench.cli:main"]},
 )

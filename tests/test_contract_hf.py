@@ -372,3 +372,48 @@ def test_task_heads_load_from_a_causal_lm_checkpoint_and_train(arch_id, checkpoi
         assert torch.isfinite(out.loss)
         out.loss.backward()
         assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+# ============================================================================================ PEFT
+@ARCH
+def test_peft_lora_with_reentrant_checkpointing_merge_and_reload(arch_id, tmp_path):
+    """LoRA (PEFT) with reentrant checkpointing trains like without checkpointing; merged and reloaded adapters
+    give the adapted model's logits."""
+    peft = pytest.importorskip("peft")
+    lora = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], lora_dropout=0.0)
+    models = {}
+    for name, reentrant in (("plain", None), ("checkpointed", True)):
+        torch.manual_seed(0)
+        base = tiny_model(arch_id).train()
+        if reentrant:
+            base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": True})
+        models[name] = peft.get_peft_model(base, peft.LoraConfig(**lora))
+    models["checkpointed"].load_state_dict(models["plain"].state_dict())
+    for model in models.values():  # a non-zero B, so every LoRA matrix gets a gradient
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(std=0.02, generator=torch.Generator().manual_seed(len(n)))
+    ids = random_ids(2, 8, seed=43)
+    losses = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "use_cache=True is incompatible with gradient checkpointing"
+        for name, model in models.items():
+            loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            losses[name] = loss.item()
+    assert abs(losses["plain"] - losses["checkpointed"]) < 1e-6
+    grads = dict(models["checkpointed"].named_parameters())
+    trainable = [(n, p) for n, p in models["plain"].named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n, _ in trainable)
+    for n, p in trainable:
+        assert grads[n].grad is not None and max_abs_diff(p.grad, grads[n].grad) < 1e-6, n
+        assert p.grad.abs().sum() > 0, n
+    adapted = models["plain"].eval()
+    expected = _logits(adapted, ids)
+    adapted.save_pretrained(tmp_path / "adapter")
+    reloaded = peft.PeftModel.from_pretrained(tiny_model(arch_id), tmp_path / "adapter").eval()
+    assert max_abs_diff(_logits(reloaded, ids), expected) < ATOL
+    merged = reloaded.merge_and_unload()
+    assert type(merged) is ARCHITECTURES[arch_id].causal_lm_class
+    assert max_abs_diff(_logits(merged, ids), expected) < ATOL
