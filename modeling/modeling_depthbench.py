@@ -277,7 +277,7 @@ class Residual(nn.Module):
         self.layer_idx = index // 2
         self.is_attention = index % 2 == 0
 
-    def forward(self, stream, norm: Callable[[torch.Tensor], torch.Tensor], branch: Branch):
+    def forward(self, stream, norm: Norm, branch: Branch):
         return stream + branch(norm(stream))
 
     def reset_parameters(self, config: DepthBenchConfig) -> None:
