@@ -675,8 +675,11 @@ class DepthBenchModel(DepthBenchPreTrainedModel):
         for idx, layer in enumerate(self.layers):
             if hidden_states is not None:
                 hidden_states.append(self.wiring.readout(stream))
+            # position_ids reach the attention backend as in Llama: flash-attention kernels find the documents of
+            # a padding-free packed batch from them (no mask is built for those backends).
             stream = layer(
-                stream, attention_mask=mask, position_embeddings=position_embeddings, cache=cache, **kwargs
+                stream, attention_mask=mask, position_embeddings=position_embeddings, cache=cache,
+                position_ids=position_ids, **kwargs,
             )
             if _depth_states is not None:
                 nxt = self.layers[idx + 1] if idx + 1 < len(self.layers) else None

@@ -303,7 +303,13 @@ class MoDAAttention(Attention):
         q, k = apply_rotary_pos_emb(q, k, *position_embeddings)
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
-        attention_fn = moda_attention if self.config._attn_implementation == "eager" else moda_attention_sdpa
+        implementation = self.config._attn_implementation
+        if implementation not in ("eager", "sdpa"):  # e.g. a kernel registered with AttentionInterface
+            raise NotImplementedError(
+                f"MoDA attention runs its own math with attn_implementation 'eager' or 'sdpa', not "
+                f"{implementation!r}: other kernels cannot mix in the per-token depth keys."
+            )
+        attention_fn = moda_attention if implementation == "eager" else moda_attention_sdpa
         out, weights = attention_fn(
             q, k, v, depth_keys, depth_values, attention_mask,
             scaling=self.scaling, dropout=self.attention_dropout if self.training else 0.0,

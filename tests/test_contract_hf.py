@@ -417,3 +417,36 @@ def test_peft_lora_with_reentrant_checkpointing_merge_and_reload(arch_id, tmp_pa
     merged = reloaded.merge_and_unload()
     assert type(merged) is ARCHITECTURES[arch_id].causal_lm_class
     assert max_abs_diff(_logits(merged, ids), expected) < ATOL
+
+
+def _flash_style_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, position_ids=None,
+                           **kwargs):
+    """A stand-in for a flash-attention varlen kernel (registered with transformers' ``AttentionInterface``): no
+    mask is built for it, so it must find the documents of a packed row from ``position_ids`` itself."""
+    assert attention_mask is None and position_ids is not None
+    starts = (position_ids[0] == 0).cumsum(0)  # document index of every token
+    allowed = (starts[:, None] == starts[None, :]) & torch.ones(len(starts), len(starts), dtype=torch.bool).tril()
+    key = key.repeat_interleave(query.shape[1] // key.shape[1], dim=1)
+    value = value.repeat_interleave(query.shape[1] // value.shape[1], dim=1)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=allowed, scale=scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
+@ARCH
+def test_packed_batch_with_a_flash_style_kernel(arch_id):
+    """Flash-attention packing: the kernel gets ``position_ids`` (as in Llama) and no mask; MoDA, whose attention
+    is its own math, refuses any kernel but eager/sdpa with a clear error instead of ignoring the documents."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register("depthbench_test_varlen", _flash_style_attention)
+    docs = _documents()
+    packed = torch.cat(docs)[None]
+    position_ids = torch.cat([torch.arange(len(d)) for d in docs])[None]
+    reference = tiny_model(arch_id)
+    alone = torch.cat([_logits(reference, d[None])[0] for d in docs])
+    model = tiny_model(arch_id, attn_implementation="depthbench_test_varlen")
+    if arch_id == "moda":
+        with pytest.raises(NotImplementedError, match="depthbench_test_varlen"):
+            _logits(model, packed, position_ids=position_ids)
+        return
+    assert max_abs_diff(_logits(model, packed, position_ids=position_ids)[0], alone) < ATOL
