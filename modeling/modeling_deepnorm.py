@@ -4,13 +4,22 @@ Ships to the Hugging Face Hub as remote code (imports only torch, transformers a
 """
 
 import math
-from collections.abc import Callable
 
 import torch
-from torch import nn
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring, upcast
+from .modeling_depthbench import (
+    Branch,
+    DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
+    DepthBenchModel,
+    Norm,
+    Residual,
+    Wiring,
+    upcast,
+)
 
 DEEPNORM_BASE_INITS = ("normal", "xavier")
 
@@ -96,7 +105,7 @@ class DeepNormResidual(Residual):
         super().__init__(config, index)
         self.alpha = config.resolved_alpha
 
-    def forward(self, stream: torch.Tensor, norm: nn.Module, branch: Callable[..., torch.Tensor]) -> torch.Tensor:
+    def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         return norm(self.alpha * upcast(stream) + upcast(branch(stream))).to(stream.dtype)  # [B,T,d]
 
     def extra_repr(self) -> str:
@@ -128,5 +137,20 @@ class DeepNormModel(DepthBenchModel):
 
 
 class DeepNormForCausalLM(DepthBenchForCausalLM):
+    config_class = DeepNormConfig
+    model_class = DeepNormModel
+
+
+class DeepNormForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = DeepNormConfig
+    model_class = DeepNormModel
+
+
+class DeepNormForTokenClassification(DepthBenchForTokenClassification):
+    config_class = DeepNormConfig
+    model_class = DeepNormModel
+
+
+class DeepNormForQuestionAnswering(DepthBenchForQuestionAnswering):
     config_class = DeepNormConfig
     model_class = DeepNormModel

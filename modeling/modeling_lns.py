@@ -4,14 +4,22 @@ Ships to the Hugging Face Hub as remote code (imports only torch, transformers a
 """
 
 import math
-from collections.abc import Callable
 
 import torch
-from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring
+from .modeling_depthbench import (
+    Branch,
+    DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
+    DepthBenchModel,
+    Norm,
+    Residual,
+    Wiring,
+)
 
 LNS_SCALE_MODES = ("layer", "depth")
 
@@ -67,7 +75,7 @@ class LNSResidual(Residual):
         super().__init__(config, index)
         self.register_buffer("ln_scale", torch.tensor(config.lns_scale(self.layer_idx)), persistent=False)
 
-    def forward(self, stream: torch.Tensor, norm: nn.Module, branch: Callable[..., torch.Tensor]) -> torch.Tensor:
+    def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         branch_input = norm(stream)
         return stream + branch(branch_input * self.ln_scale.to(branch_input.dtype))  # [B,T,d]
 
@@ -93,5 +101,20 @@ class LNSModel(DepthBenchModel):
 
 
 class LNSForCausalLM(DepthBenchForCausalLM):
+    config_class = LNSConfig
+    model_class = LNSModel
+
+
+class LNSForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = LNSConfig
+    model_class = LNSModel
+
+
+class LNSForTokenClassification(DepthBenchForTokenClassification):
+    config_class = LNSConfig
+    model_class = LNSModel
+
+
+class LNSForQuestionAnswering(DepthBenchForQuestionAnswering):
     config_class = LNSConfig
     model_class = LNSModel

@@ -4,13 +4,22 @@ Ships to the Hugging Face Hub as remote code (imports only torch, transformers a
 """
 
 import math
-from collections.abc import Callable
 
 import torch
-from torch import nn
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring, upcast
+from .modeling_depthbench import (
+    Branch,
+    DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
+    DepthBenchModel,
+    Norm,
+    Residual,
+    Wiring,
+    upcast,
+)
 
 
 class MixLNConfig(DepthBenchConfig):
@@ -60,7 +69,7 @@ class MixLNResidual(Residual):
         super().__init__(config, index)
         self.post_ln = self.layer_idx < config.num_post_ln_blocks
 
-    def forward(self, stream: torch.Tensor, norm: nn.Module, branch: Callable[..., torch.Tensor]) -> torch.Tensor:
+    def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         if self.post_ln:
             return norm(upcast(stream) + upcast(branch(stream))).to(stream.dtype)  # [B,T,d]
         return stream + branch(norm(stream))
@@ -79,5 +88,20 @@ class MixLNModel(DepthBenchModel):
 
 
 class MixLNForCausalLM(DepthBenchForCausalLM):
+    config_class = MixLNConfig
+    model_class = MixLNModel
+
+
+class MixLNForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = MixLNConfig
+    model_class = MixLNModel
+
+
+class MixLNForTokenClassification(DepthBenchForTokenClassification):
+    config_class = MixLNConfig
+    model_class = MixLNModel
+
+
+class MixLNForQuestionAnswering(DepthBenchForQuestionAnswering):
     config_class = MixLNConfig
     model_class = MixLNModel

@@ -3,13 +3,22 @@
 Ships to the Hugging Face Hub as remote code (imports only torch, transformers and sibling files).
 """
 
-from collections.abc import Callable
 
 import torch
-from torch import nn
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring, upcast
+from .modeling_depthbench import (
+    Branch,
+    DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
+    DepthBenchModel,
+    Norm,
+    Residual,
+    Wiring,
+    upcast,
+)
 
 
 class PostLNConfig(DepthBenchConfig):
@@ -38,7 +47,7 @@ class PostLNResidual(Residual):
     The add and the norm run in at least fp32 (the norm upcasts anyway) and the result is cast back to the stream dtype.
     """
 
-    def forward(self, stream: torch.Tensor, norm: nn.Module, branch: Callable[..., torch.Tensor]) -> torch.Tensor:
+    def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         return norm(upcast(stream) + upcast(branch(stream))).to(stream.dtype)  # [B,T,d]
 
 
@@ -52,5 +61,20 @@ class PostLNModel(DepthBenchModel):
 
 
 class PostLNForCausalLM(DepthBenchForCausalLM):
+    config_class = PostLNConfig
+    model_class = PostLNModel
+
+
+class PostLNForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = PostLNConfig
+    model_class = PostLNModel
+
+
+class PostLNForTokenClassification(DepthBenchForTokenClassification):
+    config_class = PostLNConfig
+    model_class = PostLNModel
+
+
+class PostLNForQuestionAnswering(DepthBenchForQuestionAnswering):
     config_class = PostLNConfig
     model_class = PostLNModel

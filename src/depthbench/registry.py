@@ -15,7 +15,8 @@ import inspect
 from dataclasses import dataclass
 from functools import cached_property
 
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
+import transformers
+from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,13 @@ class Architecture:
     @property
     def model_class(self) -> type[PreTrainedModel]:
         return self.causal_lm_class.model_class
+
+    @property
+    def auto_classes(self) -> dict[str, type[PreTrainedModel]]:
+        """Auto class name -> model class: ``AutoModel``, ``AutoModelForCausalLM`` and the task heads
+        (``AutoModelForSequenceClassification``, ``...ForTokenClassification``, ``...ForQuestionAnswering``)."""
+        self.causal_lm_class  # importing the modeling file defines (and records) every model class  # noqa: B018
+        return dict(self.model_class.auto_classes)
 
     @property
     def model_type(self) -> str:
@@ -123,11 +131,12 @@ def build_model(arch_id: str, config: PretrainedConfig | None = None, **fields) 
 
 
 def register_auto_classes() -> None:
-    """Register every architecture with AutoConfig / AutoModel / AutoModelForCausalLM (idempotent)."""
+    """Register every architecture with AutoConfig and every Auto model class it has (AutoModel,
+    AutoModelForCausalLM and the task heads; idempotent)."""
     for arch in ARCHITECTURES.values():
         AutoConfig.register(arch.model_type, arch.config_class, exist_ok=True)
-        AutoModel.register(arch.config_class, arch.model_class, exist_ok=True)
-        AutoModelForCausalLM.register(arch.config_class, arch.causal_lm_class, exist_ok=True)
+        for auto_name, model_class in arch.auto_classes.items():
+            getattr(transformers, auto_name).register(arch.config_class, model_class, exist_ok=True)
 
 
 register_auto_classes()
