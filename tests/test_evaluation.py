@@ -84,6 +84,26 @@ def test_results_files_and_model_card(evaluated):
     assert "model-index" in (evaluated / "README.md").read_text()
 
 
+def test_rebuilt_card_keeps_recorded_results(evaluated, tmp_path):
+    """Rebuilding the export's card (what publishing and checkpoint exports do) keeps the results that
+    ``depthbench eval`` recorded in it."""
+    from huggingface_hub import ModelCard
+
+    from depthbench.hub.cards import card_files, write_card
+
+    export = tmp_path / "export"
+    shutil.copytree(evaluated, export)
+    recorded = {(e.dataset_name, e.metric_type): e.metric_value
+                for e in ModelCard.load(export / "README.md").data.eval_results}
+    assert ("depthbench_nll_gsm8k", "nll") in recorded
+    write_card(str(export))
+    rebuilt = {(e.dataset_name, e.metric_type): e.metric_value
+               for e in ModelCard.load(export / "README.md").data.eval_results}
+    assert rebuilt == recorded
+    published = card_files(str(export), None, "aspect-ratio-scaling/m")["README.md"].decode()
+    assert "depthbench_nll_gsm8k" in published and "How to load" in (export / "README.md").read_text()
+
+
 def test_rerun_skips_finished_tasks(evaluated, capsys):
     before = (evaluated / "eval" / "results.json").read_text()
     assert main(["eval", str(evaluated), "--tasks", TASKS, "--limit", "4", "--data-dir", str(FIXTURES)]) == 0
