@@ -29,6 +29,7 @@ COMMAND_MODULES: list[str] = [
     "depthbench.data",  # prepare-data
     "depthbench.train",  # train
     "depthbench.sweep",  # sweep, report
+    "depthbench.analysis.command",  # analyze
     # (new command modules: one line above this comment)
 ]
 """Modules that contribute subcommands (each defines ``register_cli(subparsers)``)."""
