@@ -58,7 +58,10 @@ def task_scores(ctx: AnalysisContext, layers: list[int], task: str, include_path
 
     if ctx.tokenizer is None:
         raise ValueError("pruning by an lm-eval task needs the model's tokenizer (none was found with the model)")
-    manager = TaskManager(include_path=include_path) if include_path else TaskManager()
+    # Index only the given folder when it defines the task (indexing lm-eval's whole registry takes a minute).
+    manager = TaskManager(include_path=include_path, include_defaults=False) if include_path else None
+    if manager is None or task not in manager.all_tasks:
+        manager = TaskManager(include_path=include_path) if include_path else TaskManager()
     lm = HFLM(pretrained=ctx.model, tokenizer=ctx.tokenizer, batch_size=batch_size, backend="causal")
     add_env_info = lm_eval.evaluator.add_env_info
     lm_eval.evaluator.add_env_info = lambda storage: None  # skips a slow `pip list`; irrelevant here
