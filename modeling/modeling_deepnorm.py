@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring
+from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring, upcast
 
 DEEPNORM_BASE_INITS = ("normal", "xavier")
 
@@ -89,7 +89,7 @@ class DeepNormResidual(Residual):
     """Identical to Pre-LN except that there is no pre-norm and the norm follows an alpha-weighted add:
     ``x <- N(alpha * x + F(x))``.
 
-    The add and the norm run in fp32 (alpha * x would swamp a small F(x) in bf16) and are cast back.
+    The add and the norm run in at least fp32 (alpha * x would swamp a small F(x) in bf16) and are cast back.
     """
 
     def __init__(self, config: DeepNormConfig, index: int):
@@ -97,7 +97,7 @@ class DeepNormResidual(Residual):
         self.alpha = config.resolved_alpha
 
     def forward(self, stream: torch.Tensor, norm: nn.Module, branch: Callable[..., torch.Tensor]) -> torch.Tensor:
-        return norm(self.alpha * stream.float() + branch(stream).float()).to(stream.dtype)  # [B,T,d]
+        return norm(self.alpha * upcast(stream) + upcast(branch(stream))).to(stream.dtype)  # [B,T,d]
 
     def extra_repr(self) -> str:
         return f"index={self.index}, alpha={self.alpha:.6g}"

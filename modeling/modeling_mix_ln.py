@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring
+from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring, upcast
 
 
 class MixLNConfig(DepthBenchConfig):
@@ -54,7 +54,7 @@ class MixLNConfig(DepthBenchConfig):
 
 class MixLNResidual(Residual):
     """Identical to Pre-LN except in the first k blocks, where the norm moves behind the add: ``x <- N(x + F(x))``
-    (add and norm in fp32, cast back)."""
+    (add and norm in at least fp32, cast back)."""
 
     def __init__(self, config: MixLNConfig, index: int):
         super().__init__(config, index)
@@ -62,7 +62,7 @@ class MixLNResidual(Residual):
 
     def forward(self, stream: torch.Tensor, norm: nn.Module, branch: Callable[..., torch.Tensor]) -> torch.Tensor:
         if self.post_ln:
-            return norm(stream.float() + branch(stream).float()).to(stream.dtype)  # [B,T,d]
+            return norm(upcast(stream) + upcast(branch(stream))).to(stream.dtype)  # [B,T,d]
         return stream + branch(norm(stream))
 
     def extra_repr(self) -> str:

@@ -8,4 +8,13 @@ __version__ = "0.1.0"
 
 from depthbench.registry import ARCHITECTURES, build_config, build_model, get  # noqa: E402  (registers Auto classes)
 
-__all__ = ["ARCHITECTURES", "build_config", "build_model", "get", "__version__"]
+
+def from_released(repo_id: str, step: int | None = None, **kwargs):
+    """A released model of the study (``aspect-ratio-scaling/NAME``, OLMo-core checkpoint) as a depthbench model,
+    converted once into the local cache; see :func:`depthbench.hub.convert.from_released`."""
+    from depthbench.hub.convert import from_released as _from_released
+
+    return _from_released(repo_id, step=step, **kwargs)
+
+
+__all__ = ["ARCHITECTURES", "build_config", "build_model", "from_released", "get", "__version__"]

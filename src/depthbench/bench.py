@@ -83,6 +83,7 @@ class BenchSettings:
 
 # ================================================================================================ models
 def _shape_fields(settings: BenchSettings) -> dict:
+    # imported here: depthbench.shapes loads transformers (import cost; keeps `depthbench --help` fast)
     from depthbench.shapes import get_shape
 
     fields = get_shape(settings.shape).config_fields()
@@ -111,6 +112,7 @@ def build_models(names: list[str], settings: BenchSettings, share_weights: bool 
     """``{name: model}`` on ``settings.device``, each built from ``settings.seed``. ``"llama"`` gets ``pre_ln``'s
     state dict (``share_weights``; a temporary ``pre_ln`` is built when it is not in ``names``). Architectures keep
     their own init."""
+    # imported here: the registry loads torch, transformers and every architecture (import cost)
     from depthbench.registry import build_config, build_model
 
     fields = _shape_fields(settings)
@@ -263,7 +265,7 @@ def _memory_worker(forking: bool) -> None:
     """
     import transformers.models.llama.modeling_llama  # noqa: F401  (import once here, not in every child)
 
-    import depthbench.registry  # noqa: F401
+    import depthbench.registry  # noqa: F401  (likewise: loaded once before the children fork)
     import depthbench.shapes  # noqa: F401
 
     out = sys.stdout
@@ -356,6 +358,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def run_benchmark(archs: list[str], settings: BenchSettings) -> list[dict]:
     """Benchmark ``archs`` plus ``pre_ln`` and Llama; returns one result dict per model (reference models first)."""
+    # imported here: the registry loads torch, transformers and every architecture (import cost)
     from depthbench.registry import resolve_archs
 
     if settings.threads:
@@ -467,6 +470,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    # imported here: the registry loads torch, transformers and every architecture (import cost)
     from depthbench.registry import resolve_archs
     from depthbench.shapes import get_shape
 

@@ -26,17 +26,29 @@ COMMAND_MODULES: list[str] = [
     "depthbench.cli",  # archs
     "depthbench.shapes",  # shapes
     "depthbench.bench",  # bench
-    "depthbench.data",  # prepare-data
+    "depthbench.data.prepare",  # prepare-data
     "depthbench.train",  # train
-    "depthbench.sweep",  # sweep, report
+    "depthbench.sweep",  # sweep
+    "depthbench.report",  # report
+    "depthbench.demo",  # demo (and its alias `sweep --preset demo`, see ALIASES)
+    "depthbench.hub.publish",  # publish
+    "depthbench.hub.convert",  # convert
+    "depthbench.hub.export_llama",  # export-llama
     "depthbench.analysis.command",  # analyze
     # (new command modules: one line above this comment)
 ]
 """Modules that contribute subcommands (each defines ``register_cli(subparsers)``)."""
 
+ALIASES: dict[tuple[str, str, str], str] = {
+    ("sweep", "--preset", "demo"): "demo",  # the README's first command, from before `depthbench demo` existed
+}
+"""Old spellings kept working: ``depthbench <command> <flag> <value> ...`` runs ``depthbench <target> ...``. Flags
+of the old command that the target does not take are refused with a message naming them."""
+
 
 # ================================================================================================ archs
 def _cmd_archs(args: argparse.Namespace) -> int:
+    # imported here: the registry loads torch, transformers and every architecture (import cost)
     from depthbench.registry import ARCHITECTURES
 
     rows = [{"id": a.id, "model_type": a.model_type, "family": a.family, "arxiv": a.paper_url,
@@ -92,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, failures = build_parser()
+    argv, alias = _resolve_alias(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     if command is not None and command not in parser.commands and failures:
         # The command probably belongs to a module that failed to import: say which and why.
@@ -100,7 +113,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         for module_name, error in failures.items():
             print(f"  {module_name}: {error}", file=sys.stderr)
         return 2
-    args = parser.parse_args(argv)
+    if alias:
+        args, unknown = parser.parse_known_args(argv)
+        flags = [a.split("=")[0] for a in unknown if a.startswith("-")]
+        if unknown:
+            command, flag, value = alias
+            dropped = ", ".join(flags or unknown)
+            print(f"depthbench {command} {flag} {value}: error: this is `depthbench {ALIASES[alias]}`, which does not "
+                  f"take {dropped}; drop {dropped} (or run depthbench {command} without {flag})", file=sys.stderr)
+            return 2
+    else:
+        args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 0 if not argv else 2
@@ -112,6 +135,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"depthbench {args.command}: error: {exc}", file=sys.stderr)
         return 2
     return 0 if code is None else int(code)
+
+
+def _resolve_alias(argv: list[str]) -> tuple[list[str], tuple[str, str, str] | None]:
+    """``argv`` with an :data:`ALIASES` spelling replaced by its target command, and the alias key (or ``None``)."""
+    if not argv:
+        return argv, None
+    for (command, flag, value), target in ALIASES.items():
+        if argv[0] != command:
+            continue
+        rest = argv[1:]
+        for i, arg in enumerate(rest):
+            if arg == f"{flag}={value}":
+                return [target, *rest[:i], *rest[i + 1:]], (command, flag, value)
+            if arg == flag and i + 1 < len(rest) and rest[i + 1] == value:
+                return [target, *rest[:i], *rest[i + 2:]], (command, flag, value)
+    return argv, None
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
-    """AdamW + linear warmup + cosine decay (the study's recipe, reference_depthbench.md §3.1)."""
+    """AdamW + linear warmup + cosine decay (the study's pretraining recipe)."""
 
     lr: float = 2e-3
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
@@ -119,8 +119,8 @@ class TrackConfig:
 
     tensorboard: bool = False
     wandb: bool = False
-    project: str = "depthbench"
-    run_name: str | None = None
+    project: str = "depthbench"  # the W&B project (TensorBoard: the folder under <output_dir>/tensorboard)
+    run_name: str | None = None  # the W&B run name; None: the output folder's name
     peak_flops: float | None = None  # per-device peak FLOP/s for MFU; None: a per-device default (GPUs only)
 
 

@@ -55,7 +55,8 @@ class Architecture:
 
     @property
     def family(self) -> str:
-        """Analysis family of the architecture's wiring ("residual", "hyper_connections", "attnres", ...)."""
+        """Family of the architecture's wiring ("residual", "hyper_connections", "attnres", ...), shown by
+        ``depthbench archs``."""
         return self.model_class.wiring_class.family
 
 

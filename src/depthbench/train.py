@@ -33,12 +33,13 @@ Run directory (``output_dir``)::
     summary.json             the dict returned by train()
     tensorboard/             with track.tensorboard=true
 
-Recipe (reference_depthbench.md §3.1): AdamW (0.9, 0.95), eps 1e-8, weight decay 0.1 except norm gains, biases and
-each architecture's ``no_decay`` parameters (static mixing, pseudo-queries; the reference decayed all of these
-except HC statics, see §8.3 -- ``optim.decay_norms_and_biases=true`` restores that), LR linear warmup over 10 % of
-the steps (step s of the warmup uses ``lr*(s+1)/warmup``) then cosine to ``0.1*lr`` at the last step, global-norm
-clip 1.0, mixed precision through ``Accelerator(mixed_precision="bf16")``: fp32 master weights + bf16 autocast
-(the reference's bf16-only weights, §8.2, are deliberately not reproduced). Gradient accumulation =
+Recipe (the study's pretraining recipe): AdamW (0.9, 0.95), eps 1e-8, weight decay 0.1 except norm gains, biases
+and each architecture's ``no_decay`` parameters (static mixing, pseudo-queries; the reference code decayed all of
+these except HC statics, which pulls zero-initialised pseudo-queries towards uniform mixing --
+``optim.decay_norms_and_biases=true`` restores that), LR linear warmup over 10 % of the steps (step s of the warmup
+uses ``lr*(s+1)/warmup``) then cosine to ``0.1*lr`` at the last step, global-norm clip 1.0, mixed precision through
+``Accelerator(mixed_precision="bf16")``: fp32 master weights + bf16 autocast (the reference code's bf16-only
+weights, updated by AdamW without an fp32 master copy, are deliberately not reproduced). Gradient accumulation =
 ``global_batch_size / (micro_batch_size * world_size)`` (must divide). The data order depends only on the seed and
 the global batch, so 1 process and N processes see the same sequences per optimizer step.
 
@@ -47,33 +48,41 @@ MFU = ``6 * N * tokens_per_s / (peak_flops * world_size)`` with N = parameters w
 the default is the dense bf16 peak of known GPUs (A100 312, H100/H200 989, B200 2250 TFLOP/s, ...); on CPU or an
 unknown device MFU is not reported unless ``track.peak_flops`` is given.
 
-Overhead (``train.profile=true`` / ``--profile``; summary["profile"]), measured on the project's shared 2-core CPU
-box (load ~11, 1 thread, d=64, L=4, seq 128, micro-batch 8, 30 steps): time outside forward/backward/optimizer
-1.3-1.7 % of the step with layer statistics off (pre_ln 0.48 s/step, hc 0.70-0.75 s/step), of which data wait
-0.5-1.2 % (the loader prefetches in a background thread); layer statistics on every step add 2-9 % to the step
-time (pre_ln 5-7 %, hc 2-9 %, noisy at this load) and nothing on steps without statistics (no hooks attached).
+Overhead (``train.profile=true`` / ``--profile``; summary["profile"]): the share of step time outside
+forward/backward/optimizer and the data wait (first step excluded); measured figures are in the README's benchmark
+section.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import math
 import os
-import shutil
 import signal
 import sys
 import threading
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
+from depthbench import atomic
+from depthbench.checkpoint import (  # noqa: F401 - IDENTITY_KEYS: re-exported, moved from here
+    IDENTITY_KEYS,
+    Checkpointer,
+    CheckpointError,
+    TrainerState,
+    TrainingError,
+    prepare_output_dir,
+    truncate_metrics,
+)
 from depthbench.config import RunConfig, RunConfigError, load_run_config
+from depthbench.data import TokenShards, TokenWindows, WindowLoader
+from depthbench.layer_stats import LayerStats
+from depthbench.optim import param_groups as shared_param_groups
 
 #: Dense bf16 peak FLOP/s per device, matched by substring of ``torch.cuda.get_device_name()`` (first match wins).
 PEAK_FLOPS = (
@@ -82,32 +91,9 @@ PEAK_FLOPS = (
     ("A10G", 70e12), ("A10", 125e12), ("RTX 4090", 165e12), ("RTX 3090", 71e12), ("V100", 125e12),
 )
 
-#: Keys of the run config that define a run; resuming with a different value is refused.
-IDENTITY_KEYS = ("model", "data.data_dir", "data.seq_len", "optim", "train.global_batch_size", "train.seed")
-
-
-class TrainingError(RuntimeError):
-    """Training cannot continue (the message says why and what to do)."""
-
-
-class CheckpointError(TrainingError):
-    """A checkpoint is missing, incomplete or corrupt (the message names the file)."""
-
 
 class NonFiniteLossError(TrainingError):
     """The training loss became NaN/inf; the run stopped and kept its last good checkpoint."""
-
-
-@dataclass
-class TrainerState:
-    """What ``trainer_state.json`` stores besides accelerate's state (model, optimizer, scheduler, RNG)."""
-
-    step: int = 0
-    tokens: int = 0
-    loader: dict = field(default_factory=dict)
-    last_train_loss: float | None = None
-    last_eval: dict = field(default_factory=dict)
-    train_time_s: float = 0.0  # summed over sessions
 
 
 # ================================================================================================ the loop
@@ -190,11 +176,9 @@ class _Run:
             project_config=ProjectConfiguration(project_dir=cfg.output_dir,
                                                 logging_dir=os.path.join(cfg.output_dir, "tensorboard")))
         self.main = acc.is_main_process
-        self.resume_from = _prepare_output_dir(cfg, acc)
+        self.resume_from = prepare_output_dir(cfg, acc)
 
         # ---- data
-        from depthbench.data import TokenShards, TokenWindows, WindowLoader
-
         self.shards = _open_split(cfg.data.data_dir, "train")
         self.windows = TokenWindows(self.shards, cfg.data.seq_len)
         self.loader = WindowLoader(self.windows, cfg.train.micro_batch_size, cfg.train.seed, rank=acc.process_index,
@@ -216,6 +200,7 @@ class _Run:
         # ---- model and optimizer
         set_seed(cfg.train.seed)
         self.arch_id, self.model_config = build_model_config(cfg, self.shards)
+        # imported here: the registry loads torch, transformers and every architecture (import cost)
         from depthbench import registry
 
         model = registry.build_model(self.arch_id, config=self.model_config)
@@ -236,8 +221,6 @@ class _Run:
         acc.register_for_checkpointing(self.scheduler)  # stepped by us once per optimizer step (not per process)
         self.stats = None
         if cfg.train.layer_stats_every:
-            from depthbench.layer_stats import LayerStats
-
             self.stats = LayerStats(acc.unwrap_model(self.model),
                                     grad_scale=cfg.train.micro_batch_size * (cfg.data.seq_len - 1) * self.accum)
         self.peak_flops = cfg.track.peak_flops or _default_peak_flops(acc.device)
@@ -251,12 +234,12 @@ class _Run:
             self.loader.load_state_dict(self.state.loader)
         self.metrics_path = os.path.join(cfg.output_dir, "metrics.jsonl")
         if self.main:
-            _truncate_metrics(self.metrics_path, self.state.step)
-            _write_json(os.path.join(cfg.output_dir, "run_config.json"), self.run_config_record())
+            truncate_metrics(self.metrics_path, self.state.step)
+            atomic.write_json(os.path.join(cfg.output_dir, "run_config.json"), self.run_config_record())
         if trackers:
-            acc.init_trackers(cfg.track.run_name or os.path.basename(os.path.abspath(cfg.output_dir)),
-                              config=_flat_hparams(cfg.to_dict()),
-                              init_kwargs={"wandb": {"name": cfg.track.run_name}} if cfg.track.wandb else {})
+            run_name = cfg.track.run_name or os.path.basename(os.path.abspath(cfg.output_dir))
+            acc.init_trackers(cfg.track.project, config=_flat_hparams(cfg.to_dict()),
+                              init_kwargs={"wandb": {"name": run_name}} if cfg.track.wandb else {})
         acc.wait_for_everyone()
 
     def run_config_record(self) -> dict:
@@ -380,7 +363,7 @@ class _Run:
         where = f"the last good checkpoint is {latest}" if latest else "no checkpoint was written before it"
         summary = self.summary("diverged", time.perf_counter() - self.t_start, [], None)
         if self.main:
-            _write_json(os.path.join(self.cfg.output_dir, "summary.json"), summary)
+            atomic.write_json(os.path.join(self.cfg.output_dir, "summary.json"), summary)
         raise NonFiniteLossError(
             f"non-finite training loss ({loss}) at step {step}: stopping; {where}. Lower optim.lr, check the data, "
             f"or resume from the checkpoint with different settings.")
@@ -413,7 +396,7 @@ class _Run:
         if signal_name:
             summary["stopped_by"] = signal_name
         if self.main:
-            _write_json(os.path.join(self.cfg.output_dir, "summary.json"), summary)
+            atomic.write_json(os.path.join(self.cfg.output_dir, "summary.json"), summary)
         for tracker in acc.trackers:  # not acc.end_training(): it destroys the process group (train() may run again)
             tracker.finish()
         acc.wait_for_everyone()
@@ -458,7 +441,9 @@ def build_model_config(cfg: RunConfig, shards) -> tuple[str, Any]:
         ValueError: Unknown architecture/shape, the tokenizer's vocabulary exceeds the model's, or
             ``data.seq_len`` exceeds the model's ``max_position_embeddings``.
     """
+    # imported here: the registry and the shapes load transformers and every architecture (import cost)
     from depthbench import registry
+    from depthbench.shapes import get_shape
 
     m = cfg.model
     fields: dict[str, Any] = {}
@@ -479,11 +464,6 @@ def build_model_config(cfg: RunConfig, shards) -> tuple[str, Any]:
                                      f"architecture; set model.arch (one of {', '.join(registry.arch_ids())})")
             arch = matches[0]
     elif m.shape:
-        try:
-            from depthbench.shapes import get_shape
-        except ImportError as exc:
-            raise RunConfigError("model.shape needs depthbench.shapes, which is not available; use model.fields "
-                                 "or model.config_path") from exc
         fields = dict(get_shape(m.shape).config_fields())
     if arch is None:
         raise RunConfigError("model.arch is required unless model.config_path names a depthbench config")
@@ -514,8 +494,6 @@ def param_groups(model: torch.nn.Module, optim) -> list[dict]:
     norm gains, biases, static mixing, pseudo-queries; per-architecture LR/eps rules). With
     ``optim.decay_norms_and_biases`` the no-decay groups get the base weight decay too (the reference's recipe).
     """
-    from depthbench.optim import param_groups as shared_param_groups
-
     groups = shared_param_groups(model, lr=optim.lr, weight_decay=optim.weight_decay, eps=optim.eps,
                                  betas=tuple(optim.betas))
     if optim.decay_norms_and_biases:
@@ -567,8 +545,6 @@ def _default_peak_flops(device: torch.device) -> float | None:
 
 
 def _open_split(data_dir: str, split: str):
-    from depthbench.data import TokenShards
-
     if not os.path.isdir(data_dir):
         raise RunConfigError(f"data.data_dir={data_dir!r} does not exist (prepare it with `depthbench prepare-data`)")
     try:
@@ -601,223 +577,6 @@ def _flat_hparams(tree: dict, prefix: str = "") -> dict:
         else:
             out[name] = value if isinstance(value, (int, float, str, bool)) else str(value)
     return out
-
-
-def _dotted(tree: dict, key: str) -> Any:
-    for part in key.split("."):
-        tree = tree.get(part, {}) if isinstance(tree, dict) else {}
-    return tree
-
-
-def _prepare_output_dir(cfg: RunConfig, acc) -> str | None:
-    """Decide between a fresh start and a resume; refuse to mix runs. Returns the checkpoint to resume or None."""
-    out = cfg.output_dir
-    record_path = os.path.join(out, "run_config.json")
-    ckpt_root = os.path.join(out, "checkpoints")
-    has_run = os.path.exists(record_path) or os.path.isdir(ckpt_root)
-    latest = Checkpointer.read_latest(ckpt_root)
-    if cfg.resume and has_run and os.path.exists(record_path):
-        with open(record_path, encoding="utf-8") as f:
-            previous = json.load(f).get("config", {})
-        current = cfg.to_dict()
-        diff = [k for k in IDENTITY_KEYS if _dotted(previous, k) != _dotted(current, k)]
-        if diff:
-            raise RunConfigError(f"cannot resume {out}: the run there differs in {', '.join(diff)}; use another "
-                                 "output_dir or --overwrite")
-    if cfg.resume is True and latest is None:
-        raise CheckpointError(f"--resume: no checkpoint to resume in {ckpt_root} (no 'latest' pointer)")
-    if has_run and not cfg.resume and not cfg.overwrite:
-        raise RunConfigError(f"output_dir {out} already holds a run (run_config.json / checkpoints/); pass --resume "
-                             "to continue it or --overwrite to start over")
-    acc.wait_for_everyone()
-    if acc.is_main_process:
-        os.makedirs(out, exist_ok=True)
-        if cfg.overwrite and not cfg.resume:
-            for name in ("checkpoints", "final", "final.tmp", "tensorboard"):
-                shutil.rmtree(os.path.join(out, name), ignore_errors=True)
-            for name in ("metrics.jsonl", "summary.json", "run_config.json"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(os.path.join(out, name))
-    acc.wait_for_everyone()
-    return latest if cfg.resume else None
-
-
-def _truncate_metrics(path: str, step: int) -> None:
-    """Drop metric rows logged after ``step`` (a resumed run re-logs them)."""
-    if not os.path.exists(path):
-        return
-    with open(path, encoding="utf-8") as f:
-        rows = [line for line in f if line.strip()]
-    keep = []
-    for line in rows:
-        try:
-            if json.loads(line).get("step", 0) <= step:
-                keep.append(line)
-        except json.JSONDecodeError:  # a line cut by a crash
-            continue
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.writelines(keep)
-    os.replace(path + ".tmp", path)
-
-
-def _fsync_dir(path: str) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _write_json(path: str, obj: Any) -> None:
-    """Write ``obj`` as JSON atomically (temporary file, fsync, rename)."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(os.path.abspath(path)))
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-# ================================================================================================ checkpoints
-class Checkpointer:
-    """Atomic checkpoints under ``root``: ``ckpt-XXXXXX/`` + a ``latest`` pointer file.
-
-    A checkpoint is written into ``ckpt-XXXXXX.tmp``, every file is fsynced, ``trainer_state.json`` (with a manifest
-    of every file's size and sha256) is written last, then the folder is renamed and ``latest`` is replaced
-    atomically. A crash at any point leaves ``latest`` on the previous complete checkpoint; stale ``.tmp`` folders
-    are removed by the next save. Only the newest ``keep_last`` checkpoints are kept.
-    """
-
-    def __init__(self, root: str, accelerator, keep_last: int = 2, hash_files: bool = True):
-        self.root, self.acc, self.keep_last, self.hash_files = root, accelerator, keep_last, hash_files
-
-    @staticmethod
-    def read_latest(root: str) -> str | None:
-        pointer = os.path.join(root, "latest")
-        if not os.path.exists(pointer):
-            return None
-        with open(pointer, encoding="utf-8") as f:
-            name = f.read().strip()
-        path = os.path.join(root, name)
-        if not name or not os.path.isdir(path):
-            raise CheckpointError(f"checkpoint pointer {pointer} names {name!r}, which does not exist")
-        return path
-
-    def latest_path(self) -> str | None:
-        return self.read_latest(self.root)
-
-    def save(self, state: TrainerState, model, tokenizer_dir: str | None, hf_export: bool = True) -> str:
-        acc = self.acc
-        name = f"ckpt-{state.step:06d}"
-        final, tmp = os.path.join(self.root, name), os.path.join(self.root, name + ".tmp")
-        if acc.is_main_process:
-            os.makedirs(self.root, exist_ok=True)
-            for stale in os.listdir(self.root):
-                if stale.endswith(".tmp"):
-                    shutil.rmtree(os.path.join(self.root, stale), ignore_errors=True)
-            os.makedirs(tmp)
-        acc.wait_for_everyone()
-        acc.save_state(os.path.join(tmp, "state"))
-        if hf_export:
-            self._save_hf(os.path.join(tmp, "hf"), model, tokenizer_dir)
-        acc.wait_for_everyone()
-        if acc.is_main_process:
-            manifest = {}
-            for dirpath, _, files in os.walk(tmp):
-                for file in files:
-                    path = os.path.join(dirpath, file)
-                    with open(path, "rb+") as f:
-                        os.fsync(f.fileno())
-                    entry = {"bytes": os.path.getsize(path)}
-                    if self.hash_files:
-                        entry["sha256"] = _sha256(path)
-                    manifest[os.path.relpath(path, tmp)] = entry
-                _fsync_dir(dirpath)
-            _write_json(os.path.join(tmp, "trainer_state.json"), {**asdict(state), "manifest": manifest})
-            if os.path.exists(final):  # re-saving the same step (e.g. stopped right after a resume)
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            _fsync_dir(self.root)
-            with open(os.path.join(self.root, "latest.tmp"), "w", encoding="utf-8") as f:
-                f.write(name)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(os.path.join(self.root, "latest.tmp"), os.path.join(self.root, "latest"))
-            _fsync_dir(self.root)
-            self._prune(keep=name)
-        acc.wait_for_everyone()
-        return final
-
-    def _prune(self, keep: str) -> None:
-        names = sorted(n for n in os.listdir(self.root) if n.startswith("ckpt-") and not n.endswith(".tmp"))
-        for old in names[:-self.keep_last]:
-            if old != keep:
-                shutil.rmtree(os.path.join(self.root, old), ignore_errors=True)
-
-    def _save_hf(self, path: str, model, tokenizer_dir: str | None) -> None:
-        acc = self.acc
-        state_dict = acc.get_state_dict(model)  # collective under FSDP: every rank calls it
-        if acc.is_main_process:
-            from transformers.utils import logging as hf_logging
-
-            unwrapped = acc.unwrap_model(model)
-            hf_logging.disable_progress_bar()
-            try:
-                unwrapped.save_pretrained(path, state_dict=state_dict, safe_serialization=True)
-            finally:
-                hf_logging.enable_progress_bar()
-            if tokenizer_dir and os.path.isdir(tokenizer_dir):
-                for file in os.listdir(tokenizer_dir):
-                    src = os.path.join(tokenizer_dir, file)
-                    if os.path.isfile(src):
-                        shutil.copy2(src, os.path.join(path, file))
-
-    def export_hf(self, path: str, model, tokenizer_dir: str | None) -> None:
-        """Atomic HF export (``path.tmp`` then rename) of the model + tokenizer."""
-        tmp = path + ".tmp"
-        if self.acc.is_main_process:
-            shutil.rmtree(tmp, ignore_errors=True)
-        self.acc.wait_for_everyone()
-        self._save_hf(tmp, model, tokenizer_dir)
-        if self.acc.is_main_process:
-            shutil.rmtree(path, ignore_errors=True)
-            os.replace(tmp, path)
-        self.acc.wait_for_everyone()
-
-    def load(self, path: str) -> TrainerState:
-        """Verify ``path`` against its manifest and load it into the accelerator; returns the trainer state."""
-        state_file = os.path.join(path, "trainer_state.json")
-        try:
-            with open(state_file, encoding="utf-8") as f:
-                record = json.load(f)
-        except (OSError, json.JSONDecodeError) as exc:
-            raise CheckpointError(
-                f"checkpoint {path} is incomplete or corrupt: cannot read {state_file}: {exc}") from exc
-        for rel, entry in record.pop("manifest", {}).items():
-            file = os.path.join(path, rel)
-            if not os.path.isfile(file):
-                raise CheckpointError(f"checkpoint {path} is incomplete: {file} is missing")
-            if os.path.getsize(file) != entry["bytes"]:
-                raise CheckpointError(f"checkpoint file {file} is corrupt: {os.path.getsize(file)} bytes, the "
-                                      f"manifest in {state_file} says {entry['bytes']}")
-            if "sha256" in entry and _sha256(file) != entry["sha256"]:
-                raise CheckpointError(f"checkpoint file {file} is corrupt: sha256 differs from {state_file}")
-        try:
-            self.acc.load_state(os.path.join(path, "state"))
-        except Exception as exc:  # noqa: BLE001 - re-raised with the checkpoint named
-            raise CheckpointError(f"cannot load checkpoint {path}/state: {type(exc).__name__}: {exc}") from exc
-        known = {f for f in TrainerState.__dataclass_fields__}
-        return TrainerState(**{k: v for k, v in record.items() if k in known})
 
 
 # ================================================================================================ signals
