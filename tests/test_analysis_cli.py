@@ -93,8 +93,8 @@ def test_pruning_by_lm_eval_task_through_hflm(sweep, tmp_path):
     add_env_info, lm_eval.evaluator.add_env_info = lm_eval.evaluator.add_env_info, lambda storage: None
     try:
         with model.skip_block(1):
-            res = simple_evaluate(model=lm, tasks=[task], task_manager=TaskManager(include_path=include, include_defaults=False), limit=4,
-                                  bootstrap_iters=0)
+            manager = TaskManager(include_path=include, include_defaults=False)
+            res = simple_evaluate(model=lm, tasks=[task], task_manager=manager, limit=4, bootstrap_iters=0)
     finally:
         lm_eval.evaluator.add_env_info = add_env_info
     assert values["pruned"][1] == pytest.approx(res["results"][task]["acc_norm,none"])

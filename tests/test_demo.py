@@ -124,6 +124,14 @@ def test_demo_command_end_to_end_on_a_small_corpus(small_corpus, tmp_path, capsy
     report = (out / "report.md").read_text()
     assert "9 of 9 runs finished" in report and "synthetic depth tasks (`eval_synthetic`)" in report
     assert "held-out text (`eval_text`)" in report and demo.DEMO_NOTES in report
+    # layer analyses of each architecture's deepest model, in the report and kept by a report rebuild
+    for arch in demo.DEMO_ARCHS:
+        for metric in demo.DEMO_ANALYSIS_METRICS:
+            assert (out / "analysis" / f"{arch}__tiny-L8__lr0.003__s0" / f"{metric}.json").is_file()
+    assert "## Layer analyses" in report and "causal.late_fraction_above" in report
+    assert "analysis_logit_lens.png" in report and (out / "analysis_logit_lens.png").stat().st_size > 0
+    assert cli_main(["report", str(out)]) == 0
+    assert (out / "report.md").read_text().count("## Layer analyses") == 1
     # running the same command again trains nothing
     before = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/summary.json")}
     assert cli_main(["sweep", "--preset", "demo", "--out", str(out), "--steps", "1", *NARROW]) == 0

@@ -15,30 +15,8 @@ import sys
 from typing import Any
 
 
-def load_model(target: str, *, device: str | None = None, trust_remote_code: bool = False):
-    """Model + tokenizer (or ``None``) from a checkpoint folder, a training run folder (its ``final/``) or a Hub id."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    import depthbench  # noqa: F401  (registers every architecture with the Auto classes)
-
-    path = target
-    if os.path.isdir(target) and not os.path.isfile(os.path.join(target, "config.json")):
-        if os.path.isfile(os.path.join(target, "final", "config.json")):
-            path = os.path.join(target, "final")
-        else:
-            raise FileNotFoundError(f"{target} holds no config.json (nor final/config.json): not a checkpoint folder")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code)
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model.to(device).eval()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError, TypeError):
-        tokenizer = None
-    return model, tokenizer
-
-
 def metric_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Per-metric keyword options from ``depthbench analyze``'s arguments."""
     return {
         "causal": {"threshold": args.causal_threshold},
         "permutation": {"anchors": args.anchor_layer or None, "threshold": args.permutation_threshold},
@@ -50,46 +28,6 @@ def metric_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     }
 
 
-def analyze_one(target: str, metrics: list[str], out_dir: str, args: argparse.Namespace, *, skip_done: bool = False,
-                log=print) -> dict[str, Any]:
-    """Run ``metrics`` on one model, writing ``out_dir/<metric>.{json,csv,png}``; returns ``{metric: seconds}``."""
-    from . import run_metric
-    from .common import AnalysisContext
-    from .sampling import WindowSpec, load_windows
-
-    todo = [m for m in metrics if not (skip_done and os.path.isfile(os.path.join(out_dir, f"{m}.json")))]
-    if not todo:
-        log(f"{target}: all metrics done, skipped")
-        return {}
-    model, tokenizer = load_model(target, device=args.device, trust_remote_code=args.trust_remote_code)
-    spec = WindowSpec(num_samples=args.num_samples, seq_len=args.seq_len, seed=args.seed, split=args.split,
-                      cross_documents=args.cross_documents)
-    if args.data is None:
-        raise ValueError("--data is required: a token-shard folder (prepare-data output) or a text file")
-    if tokenizer is None and os.path.isdir(args.data):
-        from transformers import AutoTokenizer
-
-        from depthbench.data import load_meta
-
-        tok_dir = os.path.join(args.data, load_meta(args.data).get("tokenizer_dir", "tokenizer"))
-        tokenizer = AutoTokenizer.from_pretrained(tok_dir) if os.path.isdir(tok_dir) else None
-    windows = load_windows(args.data, spec, tokenizer)
-    ctx = AnalysisContext(model, windows, spec, model_id=target, micro_batch_size=args.micro_batch_size,
-                          batched=not args.no_batching, group_batch=args.group_batch, progress=not args.no_progress,
-                          tokenizer=tokenizer)
-    options = metric_options(args)
-    timings = {}
-    for metric in todo:
-        try:
-            result = run_metric(ctx, metric, out_dir, **options.get(metric, {}))
-        except ValueError as err:
-            log(f"{metric}: skipped ({err})")
-            continue
-        timings[metric] = result.seconds
-        log(f"{metric}: {result.seconds:.1f} s -> {os.path.join(out_dir, metric + '.json')}")
-    return timings
-
-
 def _default_out(target: str) -> str:
     if os.path.isdir(target):
         return os.path.join(target, "analysis")
@@ -98,27 +36,28 @@ def _default_out(target: str) -> str:
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from . import parse_metrics
-    from .sweep import finished_runs, is_sweep, sweep_data_dir, write_comparison
+    from .runner import analyze_sweep, analyze_target
+    from .sampling import WindowSpec
+    from .sweep import is_sweep
 
     try:
         metrics = parse_metrics(args.metrics)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if is_sweep(args.target):
-        args.data = args.data or sweep_data_dir(args.target)
-        runs = finished_runs(args.target)
-        if not runs:
-            print(f"error: no finished runs with a final/ export under {args.target}/runs", file=sys.stderr)
-            return 2
-        root = args.output or os.path.join(args.target, "analysis")
-        for k, run in enumerate(runs):
-            print(f"[{k + 1}/{len(runs)}] {run['run_id']}")
-            analyze_one(run["model_dir"], metrics, os.path.join(root, run["run_id"]), args, skip_done=not args.force)
-        write_comparison(args.target)
-        return 0
-    out = args.output or _default_out(args.target)
-    analyze_one(args.target, metrics, out, args, skip_done=False)
+    spec = WindowSpec(num_samples=args.num_samples, seq_len=args.seq_len, seed=args.seed, split=args.split,
+                      cross_documents=args.cross_documents)
+    common = dict(options=metric_options(args), device=args.device, trust_remote_code=args.trust_remote_code,
+                  micro_batch_size=args.micro_batch_size, batched=not args.no_batching, group_batch=args.group_batch,
+                  progress=not args.no_progress)
+    try:
+        if is_sweep(args.target):
+            analyze_sweep(args.target, metrics, args.data, spec, out_root=args.output, force=args.force, **common)
+        else:
+            analyze_target(args.target, metrics, args.output or _default_out(args.target), args.data, spec, **common)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

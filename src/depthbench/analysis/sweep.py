@@ -211,13 +211,17 @@ def write_comparison(sweep_dir: str, log: Callable[..., None] = print) -> dict[s
     return paths
 
 
+def with_section(text: str, section: str) -> str:
+    """``text`` with ``section`` at its end between markers (an earlier marked section is replaced)."""
+    if BEGIN in text and END in text:
+        text = text[: text.index(BEGIN)].rstrip("\n") + "\n" + text[text.index(END) + len(END):].lstrip("\n")
+    return text.rstrip("\n") + f"\n\n{BEGIN}\n{section.rstrip()}\n{END}\n"
+
+
 def append_section(report_path: str, section: str) -> None:
     """Put ``section`` at the end of ``report_path`` between markers, replacing an earlier one."""
     with open(report_path, encoding="utf-8") as f:
-        text = f.read()
-    if BEGIN in text and END in text:
-        text = text[: text.index(BEGIN)].rstrip("\n") + "\n" + text[text.index(END) + len(END):].lstrip("\n")
-    text = text.rstrip("\n") + f"\n\n{BEGIN}\n{section}\n{END}\n"
+        text = with_section(f.read(), section)
     with open(report_path + ".tmp", "w", encoding="utf-8") as f:
         f.write(text)
     os.replace(report_path + ".tmp", report_path)
