@@ -40,7 +40,7 @@ def run(ctx: AnalysisContext, threshold: float = THRESHOLD, eps: float = EPS) ->
             z = [s.float() for s in a.depth_states(trace)]
             u = [z[blk + 1] - z[blk] for blk in range(L)]
             for chunk in chunked(skips, ctx.group_batch):
-                groups = [Group(s, {s}, (lambda s=s: a.skip(s)), s) for s in chunk]
+                groups = [Group(s, {s}, (lambda s=s: a.skip(s)), s, "skip") for s in chunk]
                 for res in run_groups(a, trace, groups, batched=ctx.batched, want_states=True):
                     s = res.key
                     zs = dict(res.states)

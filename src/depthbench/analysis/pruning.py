@@ -30,7 +30,7 @@ def skip_losses(ctx: AnalysisContext, layers: list[int]) -> tuple[float, dict[in
         count += trace.input_ids.shape[0] * (trace.input_ids.shape[1] - 1)
         with torch.no_grad(), ctx.autocast():
             for chunk in chunked(layers, ctx.group_batch):
-                groups = [Group(s, {s}, (lambda s=s: a.skip(s)), s) for s in chunk]
+                groups = [Group(s, {s}, (lambda s=s: a.skip(s)), s, "skip") for s in chunk]
                 for res in run_groups(a, trace, groups, batched=ctx.batched):
                     sums[res.key] += float(token_losses(res.logits, trace.input_ids).sum())
     return base_sum / count, {k: v / count for k, v in sums.items()}

@@ -118,6 +118,7 @@ class ModelAdapter:
         self.norm = getattr(base, "norm", None)
         self.lm_head = model.get_output_embeddings()
         self._owner: dict[int, int] | None = None
+        self.unbatchable: set[str] = set()  # intervention kinds whose streams did not concatenate
 
     @property
     def num_layers(self) -> int:
@@ -285,6 +286,7 @@ class Group:
     special: set[int]
     context: Callable[[], contextlib.AbstractContextManager]
     key: Any = None
+    kind: str = ""
 
 
 @dataclass
@@ -300,7 +302,8 @@ def run_groups(adapter: ModelAdapter, trace: Trace, groups: list[Group], *, batc
 
     Returns per group the logits [B, T, V] and (``want_states``) the depth states z_{start+1}..z_L.
     """
-    if not batched:
+    kinds = {g.kind for g in groups}
+    if not batched or kinds & adapter.unbatchable:
         return [_run_one(adapter, trace, g, want_states) for g in groups]
     L, bsz = adapter.num_layers, trace.input_ids.shape[0]
     streams: dict[int, Any] = {}
@@ -331,7 +334,8 @@ def run_groups(adapter: ModelAdapter, trace: Trace, groups: list[Group], *, batc
             if want_states:
                 for g in active:
                     states[g][depth + 1] = adapter.depth_state(streams[g], depth + 1)
-    except NotBatchable:
+    except NotBatchable:  # remembered per intervention kind: later micro-batches go straight to one-by-one
+        adapter.unbatchable |= kinds
         return [_run_one(adapter, trace, g, want_states) for g in groups]
     results = []
     normal = [g for g in range(len(groups)) if L not in groups[g].special]

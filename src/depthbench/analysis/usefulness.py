@@ -152,7 +152,8 @@ def run(ctx: AnalysisContext, significant_ratio: float = SIGNIFICANT_RATIO) -> M
         count += trace.input_ids.shape[0] * (trace.input_ids.shape[1] - 1)
         with torch.no_grad(), ctx.autocast():
             for chunk in chunked(list(range(L)), ctx.group_batch):
-                groups = [Group(blk, {blk}, (lambda blk=blk: replace(a, blk, weights[blk])), blk) for blk in chunk]
+                groups = [Group(blk, {blk}, (lambda blk=blk: replace(a, blk, weights[blk])), blk, "affine")
+                          for blk in chunk]
                 for res in run_groups(a, trace, groups, batched=ctx.batched):
                     sums[res.key] += float(token_losses(res.logits, trace.input_ids).sum())
     base = base_sum / count
