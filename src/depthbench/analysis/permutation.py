@@ -38,7 +38,8 @@ def swap_losses(ctx: AnalysisContext, pairs: list[tuple[int, int]]) -> tuple[flo
         count += trace.input_ids.shape[0] * (trace.input_ids.shape[1] - 1)
         with torch.no_grad(), ctx.autocast():
             for chunk in chunked(pairs, ctx.group_batch):
-                groups = [Group(i, a.swap_depths(i, j), (lambda i=i, j=j: a.swap(i, j)), (i, j), "swap") for i, j in chunk]
+                groups = [Group(i, a.swap_depths(i, j), (lambda i=i, j=j: a.swap(i, j)), (i, j), "swap")
+                          for i, j in chunk]
                 for res in run_groups(a, trace, groups, batched=ctx.batched):
                     sums[res.key] += float(token_losses(res.logits, trace.input_ids).sum())
     return base_sum / count, {p: s / count for p, s in sums.items()}
