@@ -22,7 +22,7 @@ def metric_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         "permutation": {"anchors": args.anchor_layer or None, "threshold": args.permutation_threshold},
         "pruning": {"layers": args.layers, "task": args.task, "include_path": args.include_path,
                     "limit": args.limit, "task_metric": args.task_metric},
-        "jacobian": {"mode": args.jacobian_mode, "positions": args.jacobian_positions,
+        "jacobian": {"mode": args.jacobian_mode, "positions": args.jacobian_positions, "windows": args.jacobian_windows,
                      "max_dim": args.jacobian_max_dim, "force": args.jacobian_force},
         "efficiency": {"seq_len": args.efficiency_seq_len},
     }
@@ -94,6 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--task-metric", default=None, help="pruning: lm-eval metric (default acc_norm > acc > exact_match)")
     g.add_argument("--jacobian-mode", default="per_token", choices=["per_token", "averaged_total"])
     g.add_argument("--jacobian-positions", type=int, default=4, help="per-token Jacobians per window (default 4)")
+    g.add_argument("--jacobian-windows", type=int, default=4, help="windows the Jacobian uses (default the first 4)")
     g.add_argument("--jacobian-max-dim", type=int, default=4096)
     g.add_argument("--jacobian-force", action="store_true", help="compute above --jacobian-max-dim")
     g.add_argument("--efficiency-seq-len", type=int, default=4096, help="efficiency: sequence length (default 4096)")

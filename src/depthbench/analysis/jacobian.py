@@ -9,8 +9,9 @@ taken per token before averaging.
 position, averaged over positions, gives ``Jbar[k, :] = mean_p sum_q d y[q, k] / d x[p, :]`` (cross-token attention
 terms included, averaged before the norm, so terms can cancel); metric ``||Jbar - I||_F / sqrt(D)``.
 
-Cost: ``positions * D`` (per token) or ``D`` (averaged) backward passes of one block per micro-batch. A stream wider
-than ``max_dim`` is refused unless forced. Defined for architectures whose block maps one state tensor to one state
+Cost: per sampled token one backward pass of the block over D replicas of its prefix (per token), or D backward
+passes per micro-batch (averaged); by default 4 positions in each of the first 4 windows. A stream wider than
+``max_dim`` is refused unless forced. Defined for architectures whose block maps one state tensor to one state
 tensor; structured streams (attention-residual banks, MoDA's depth cache, DenseFormer's history) are refused.
 """
 
@@ -108,8 +109,9 @@ def _select_window(obj, batch: int, w: int):
     return obj
 
 
-def run(ctx: AnalysisContext, mode: str = "per_token", positions: int = 4, max_dim: int = MAX_DIM,
-        force: bool = False) -> MetricResult:
+def run(ctx: AnalysisContext, mode: str = "per_token", positions: int = 4, windows: int | None = 4,
+        max_dim: int = MAX_DIM, force: bool = False) -> MetricResult:
+    """``positions`` sampled tokens in each of the first ``windows`` windows (``None``: all windows)."""
     if mode not in MODES:
         raise ValueError(f"jacobian mode {mode!r} unknown; choose one of {list(MODES)}")
     a = ctx.adapter
@@ -120,7 +122,9 @@ def run(ctx: AnalysisContext, mode: str = "per_token", positions: int = 4, max_d
     model_dtype = next(ctx.model.parameters()).dtype
     if model_dtype != torch.float32:
         raise ValueError(f"the Jacobian runs in fp32; the model is loaded in {model_dtype} (load it in float32)")
-    for ids in ctx.bar(ctx.batches(), f"jacobian ({mode})", ctx.num_batches):
+    used = len(ctx.windows) if windows is None else min(windows, len(ctx.windows))
+    batches = [ids[: used - k] for k, ids in zip(range(0, used, ctx.micro_batch_size), ctx.batches())]
+    for ids in ctx.bar(batches, f"jacobian ({mode})", len(batches)):
         with torch.no_grad():
             trace = a.trace(ids)
         if a.stream_tensor(trace.inputs[0]) is None:
@@ -149,7 +153,7 @@ def run(ctx: AnalysisContext, mode: str = "per_token", positions: int = 4, max_d
         eye = torch.eye(dim, device=jbar[0].device)
         dev = np.array([float(torch.linalg.matrix_norm(j / count - eye) / math.sqrt(dim)) for j in jbar])
     rows = [{"layer": blk, "jacobian_deviation": dev[blk]} for blk in range(L)]
-    values = {"mode": mode, "deviation": dev, "mean": float(dev.mean()),
+    values = {"mode": mode, "deviation": dev, "mean": float(dev.mean()), "windows": used,
               "positions_per_window": positions if mode == "per_token" else None, "tokens": count}
     return MetricResult(METRIC_ID, values, rows)
 
