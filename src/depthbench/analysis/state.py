@@ -15,7 +15,9 @@ from the stream at its first affected depth. Groups are then run *together*: at 
 groups unaffected there are concatenated along the batch and go through the block in one call; only the groups whose
 intervention touches that depth run under their context. Streams concatenate when their non-tensor fields agree
 (tensor streams, hyper-connection streams, MoDA's depth cache, attention-residual banks without a pending skip);
-otherwise the groups run one after another, still from the shared prefix.
+otherwise the groups run one after another, still from the shared prefix. Only plain tensor streams (the Pre-LN
+family, hyper-connections, any Hub decoder) are batched: structured streams grow with depth, and concatenating them
+at every depth was measured slower than running the groups one by one.
 """
 
 from __future__ import annotations
@@ -303,7 +305,9 @@ def run_groups(adapter: ModelAdapter, trace: Trace, groups: list[Group], *, batc
     Returns per group the logits [B, T, V] and (``want_states``) the depth states z_{start+1}..z_L.
     """
     kinds = {g.kind for g in groups}
-    if not batched or kinds & adapter.unbatchable:
+    # Structured streams (AttnRes banks, MoDA depth caches, DenseFormer histories) carry every earlier source:
+    # concatenating them at every depth costs more than it saves (measured), so they run one group at a time.
+    if not batched or kinds & adapter.unbatchable or not torch.is_tensor(trace.inputs[0]):
         return [_run_one(adapter, trace, g, want_states) for g in groups]
     L, bsz = adapter.num_layers, trace.input_ids.shape[0]
     streams: dict[int, Any] = {}
