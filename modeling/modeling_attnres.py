@@ -325,6 +325,25 @@ class AttnResWiring(Wiring):
             return self(stream)
         return self._consumers[stream.next_index // 2](stream)
 
+    def lens_hidden(self, stream: AttnResStream, final_norm: nn.Module) -> torch.Tensor:
+        """The next consumer's raw mix through the final norm (the final mix after the last block: the output)."""
+        return final_norm(self.readout(stream))
+
+    def mixing_weights(self, consumer: nn.Module, stream: AttnResStream) -> torch.Tensor:
+        """Depth-mixing weights ``[S, B, T]`` (fp32, sources oldest first) that ``consumer`` applies to ``stream``:
+        a sublayer's residual module (the stream as it enters that sublayer) or the wiring itself (the final mix).
+        For analysis (the study's depth-mixing figures); the forward pass never calls it."""
+        bank, bank_inv, partial = stream.bank, stream.bank_inv_rms, stream.partial
+        if consumer is not self and consumer.is_boundary and partial is not None:
+            bank, bank_inv, partial = bank + (partial,), bank_inv + (inv_rms(partial, self.eps),), None
+        sources, inv = list(bank), list(bank_inv)
+        if partial is not None:
+            sources.append(partial)
+            inv.append(inv_rms(partial, self.eps))
+        if len(sources) == 1:
+            return torch.ones(1, *sources[0].shape[:2], device=sources[0].device)
+        return depth_weights(consumer.query, consumer.key_gain, sources, inv)
+
     def depth_state(self, stream: AttnResStream, next_layer: DecoderLayer | None) -> torch.Tensor:
         if next_layer is None:
             return self(stream)

@@ -337,6 +337,12 @@ class Wiring(nn.Module):
         """Stream -> [B,T,d] pre-final-norm state (``output_hidden_states`` and the logit lens)."""
         return stream
 
+    def lens_hidden(self, stream, final_norm: nn.Module) -> torch.Tensor:
+        """Stream at any depth -> the final hidden state the model's own readout makes of it (the logit lens).
+
+        By default the wiring's :meth:`exit`, so the lens of the last stream is exactly what ``lm_head`` reads."""
+        return self.exit(stream, final_norm)
+
     def depth_state(self, stream, next_layer: "DecoderLayer | None") -> torch.Tensor:
         """Stream after a block -> the per-token state z the analysis metrics read ([B,T,D]).
 

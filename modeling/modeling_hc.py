@@ -203,6 +203,12 @@ class HyperConnectionWiring(Wiring):
     def depth_state(self, stream: torch.Tensor, next_layer=None) -> torch.Tensor:
         return stream.flatten(-2)  # [B,T,n*d]
 
+    def stream_maps(self, residual: Residual, stream: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The maps ``residual`` applies to ``stream`` [B,T,n,d], as :func:`hyper_connection_update` takes them:
+        width [..., n+1, n] (row 0 reads the branch input, rows 1..n the residual transport) and depth [..., n].
+        For analysis (the study's residual-transport figures); subclasses say how their residual computes them."""
+        raise NotImplementedError
+
     def extra_repr(self) -> str:
         return f"num_streams={self.num_streams}, readout={self.readout_mode!r}"
 
@@ -276,6 +282,10 @@ class HCResidual(Residual):
 
 class HCWiring(HyperConnectionWiring):
     residual_class = HCResidual
+
+    def stream_maps(self, residual: HCResidual, stream: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        alpha, beta = residual.connections(stream)
+        return alpha.transpose(-1, -2), beta
 
 
 class HCModel(DepthBenchModel):

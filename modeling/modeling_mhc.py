@@ -251,6 +251,10 @@ class MHCResidual(Residual):
 class MHCWiring(HyperConnectionWiring):
     residual_class = MHCResidual
 
+    def stream_maps(self, residual: MHCResidual, stream: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h_pre, h_post, h_res = residual.mappings(stream)
+        return torch.cat([h_pre.unsqueeze(-2), h_res], dim=-2), h_post
+
     def stream_settings(self, config: MHCConfig) -> tuple[int, str, bool]:
         return config.mhc_num_streams, config.mhc_readout, config.mhc_scale_output_init
 

@@ -133,6 +133,14 @@ def test_demo_command_end_to_end_on_a_small_corpus(small_corpus, tmp_path, capsy
     for run in out.glob("runs/*/eval/results.json"):
         assert json.loads(run.read_text())["n-samples"]["depthbench_synthetic_mc_pointer"]["effective"] == 2
     assert len(list(out.glob("runs/*/eval/results.json"))) == 9
+    # layer analyses of each architecture's deepest model, in the report and kept by a report rebuild
+    for arch in demo.DEMO_ARCHS:
+        for metric in demo.DEMO_ANALYSIS_METRICS:
+            assert (out / "analysis" / f"{arch}__tiny-L8__lr0.003__s0" / f"{metric}.json").is_file()
+    assert "## Layer analyses" in report and "causal.late_fraction_above" in report
+    assert "analysis_logit_lens.png" in report and (out / "analysis_logit_lens.png").stat().st_size > 0
+    assert cli_main(["report", str(out)]) == 0
+    assert (out / "report.md").read_text().count("## Layer analyses") == 1
     # running the same command again trains nothing
     before = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/summary.json")}
     evaluated = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/eval/results.json")}

@@ -36,6 +36,7 @@ COMMAND_MODULES: list[str] = [
     "depthbench.hub.publish",  # publish
     "depthbench.hub.convert",  # convert
     "depthbench.hub.export_llama",  # export-llama
+    "depthbench.analysis.command",  # analyze
     # (new command modules: one line above this comment)
 ]
 """Modules that contribute subcommands (each defines ``register_cli(subparsers)``)."""

@@ -17,7 +17,10 @@ What it does, honestly measured:
 3. Reports held-out loss separately on the synthetic depth tasks (``eval_synthetic``, the part meant to measure
    depth) and on held-out text (``eval_text``), plus their mean (``eval_loss``); writes ``results.csv``,
    ``results.jsonl``, ``loss_vs_aspect_ratio.png`` and ``report.md`` and prints a closing table.
-4. Ends with accuracy by depth: ``depthbench eval`` of every run's final model on the offline lm-eval tasks
+4. Runs the study's layer analyses (``depthbench.analysis``) on each architecture's deepest model (L8): the causal
+   and permutation scores with their late-layer fractions and the logit-lens curves, on ``DEMO_ANALYSIS_WINDOWS``
+   windows of held-out text; the figures and a table go into ``report.md`` (section "Layer analyses").
+5. Ends with accuracy by depth: ``depthbench eval`` of every run's final model on the offline lm-eval tasks
    ``depthbench_synthetic`` (400 four-way questions on unseen instances of the four task families; chance 0.25),
    added to ``report.md`` with ``synthetic_acc_vs_aspect_ratio.png`` and ``eval_results.csv``.
 
@@ -56,6 +59,9 @@ DEMO_DEPTHS = [2, 4, 8]
 DEMO_LR = 3e-3
 DEMO_STEPS = 80
 DEMO_OUT = "runs/demo"
+#: Layer analyses run on each architecture's deepest demo model, over this many 128-token held-out text windows.
+DEMO_ANALYSIS_METRICS = ["causal", "permutation", "logit_lens"]
+DEMO_ANALYSIS_WINDOWS = 8
 
 #: The demo recipe (a run-config dict, see depthbench.config): the study's optimizer recipe at toy scale.
 DEMO_BASE: dict[str, Any] = {
@@ -118,6 +124,22 @@ def _tokens_text(tokens: dict[str, int]) -> str:
     return ", ".join(f"{split} {n:,} tokens" for split, n in sorted(tokens.items()))
 
 
+def analyze_demo(out: str, data_dir: str, log=print) -> None:
+    """The layer analyses of step 4 (resumable: finished metrics are kept), then the report section."""
+    from depthbench.analysis.runner import analyze_sweep
+    from depthbench.analysis.sampling import WindowSpec
+
+    t0 = time.time()
+    log("layer analyses of the deepest models: " + ", ".join(DEMO_ANALYSIS_METRICS))
+    spec = WindowSpec(num_samples=DEMO_ANALYSIS_WINDOWS, seq_len=128, seed=0, split="eval_text")
+    try:
+        analyze_sweep(out, DEMO_ANALYSIS_METRICS, data_dir, spec, deepest_only=True, log=lambda *_: None)
+    except ValueError:  # a small corpus (tests) may lack whole-document windows: let them cross documents
+        spec.cross_documents = True
+        analyze_sweep(out, DEMO_ANALYSIS_METRICS, data_dir, spec, deepest_only=True, log=lambda *_: None)
+    log(f"layer analyses: {time.time() - t0:.0f}s")
+
+
 def run_demo(args: argparse.Namespace) -> int:
     """``depthbench demo``: build data, run the sweep, print the closing table and paths."""
     fixed = [flag for flag, attr in (("--archs", "archs"), ("--grid", "grid"), ("--shapes", "shapes"),
@@ -133,13 +155,14 @@ def run_demo(args: argparse.Namespace) -> int:
     spec.run_config(spec.runs()[0], os.path.join(out, "runs", "probe"))  # bad --set: fail before building data
     data_dir = ensure_demo_data(os.path.join(out, "data"))
     run_sweep(spec, out, launcher="local")
+    analyze_demo(out, data_dir)
     evaluate_demo(out, limit=getattr(args, "eval_limit", None))
     rows = collect_results(out)
     print()
     print_table(rows)
     print()
     for name in ("report.md", "results.csv", "results.jsonl", "loss_vs_aspect_ratio.png", "eval_results.csv",
-                 "synthetic_acc_vs_aspect_ratio.png"):
+                 "synthetic_acc_vs_aspect_ratio.png", "analysis_late_fractions.png", "analysis_logit_lens.png"):
         print(f"  {os.path.join(out, name)}")
     print(f"  {data_dir} (the corpus), {os.path.join(out, 'runs')} (one folder per run)")
     print(f"demo finished in {time.time() - t0:.0f}s")

@@ -197,8 +197,15 @@ def write_report(out_dir: str, *, log: Callable[..., None] = print, plot: bool =
     plotted = (plot_loss_vs_aspect_ratio(rows, paths["plot"], metrics=metrics) if plot
                else os.path.exists(paths["plot"]))
     definition = (read_json(os.path.join(out_dir, "sweep.json")) or {}).get("spec")
-    atomic.write_text(paths["report"], render_report(
-        rows, metrics, plot_name=os.path.basename(paths["plot"]) if plotted else None, spec=definition))
+    text = render_report(rows, metrics, plot_name=os.path.basename(paths["plot"]) if plotted else None,
+                         spec=definition)
+    analysis = os.path.join(out_dir, "analysis.md")
+    if os.path.isfile(analysis):  # the layer analyses' section (`depthbench analyze`) survives a rebuild
+        from depthbench.analysis.sweep import with_section
+
+        with open(analysis, encoding="utf-8") as f:
+            text = with_section(text, f.read())
+    atomic.write_text(paths["report"], text)
     if not plotted:
         paths.pop("plot")
     # the downstream-evaluation section of `depthbench eval` (if any run was evaluated) survives a rebuilt report

@@ -1,0 +1,100 @@
+"""Running the analyses on models and sweeps: loading a checkpoint / run folder / Hub id, drawing the windows,
+running each metric and writing its files; a sweep's runs one after another (resumable) with the comparisons.
+The ``depthbench analyze`` command and the demo call these."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def load_model(target: str, *, device: str | None = None, trust_remote_code: bool = False):
+    """Model + tokenizer (or ``None``) from a checkpoint folder, a training run folder (its ``final/``) or a Hub id."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import depthbench  # noqa: F401  (registers every architecture with the Auto classes)
+
+    path = target
+    if os.path.isdir(target) and not os.path.isfile(os.path.join(target, "config.json")):
+        if os.path.isfile(os.path.join(target, "final", "config.json")):
+            path = os.path.join(target, "final")
+        else:
+            raise FileNotFoundError(f"{target} holds no config.json (nor final/config.json): not a checkpoint folder")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device).eval()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, TypeError):
+        tokenizer = None
+    return model, tokenizer
+
+
+def analyze_target(target: str, metrics: list[str], out_dir: str, data: str | None, spec, *,
+                   options: dict[str, dict[str, Any]] | None = None, skip_done: bool = False, device: str | None = None,
+                   trust_remote_code: bool = False, micro_batch_size: int = 4, batched: bool = True,
+                   group_batch: int = 8, progress: bool = True, log=print) -> dict[str, float]:
+    """Run ``metrics`` on one model (checkpoint folder, run folder or Hub id) over windows of ``data`` (token-shard
+    folder or text file, drawn by the :class:`~depthbench.analysis.sampling.WindowSpec` ``spec``), writing
+    ``out_dir/<metric>.{json,csv,png}``; with ``skip_done`` metrics whose JSON exists are skipped. A metric that
+    does not apply to the model (e.g. ``depth_mixing`` on a Pre-LN model) is reported and skipped.
+    Returns ``{metric: seconds}``."""
+    from . import run_metric
+    from .common import AnalysisContext
+    from .sampling import load_windows
+
+    todo = [m for m in metrics if not (skip_done and os.path.isfile(os.path.join(out_dir, f"{m}.json")))]
+    if not todo:
+        log(f"{target}: all metrics done, skipped")
+        return {}
+    if data is None:
+        raise ValueError("--data is required: a token-shard folder (prepare-data output) or a text file")
+    model, tokenizer = load_model(target, device=device, trust_remote_code=trust_remote_code)
+    if tokenizer is None and os.path.isdir(data):
+        from transformers import AutoTokenizer
+
+        from depthbench.data import load_meta
+
+        tok_dir = os.path.join(data, load_meta(data).get("tokenizer_dir", "tokenizer"))
+        tokenizer = AutoTokenizer.from_pretrained(tok_dir) if os.path.isdir(tok_dir) else None
+    windows = load_windows(data, spec, tokenizer)
+    ctx = AnalysisContext(model, windows, spec, model_id=target, micro_batch_size=micro_batch_size,
+                          batched=batched, group_batch=group_batch, progress=progress, tokenizer=tokenizer)
+    options = options or {}
+    timings = {}
+    for metric in todo:
+        try:
+            result = run_metric(ctx, metric, out_dir, **options.get(metric, {}))
+        except ValueError as err:
+            log(f"{metric}: skipped ({err})")
+            continue
+        timings[metric] = result.seconds
+        log(f"{metric}: {result.seconds:.1f} s -> {os.path.join(out_dir, metric + '.json')}")
+    return timings
+
+
+def analyze_sweep(sweep_dir: str, metrics: list[str], data: str | None, spec, *, out_root: str | None = None,
+                  deepest_only: bool = False, force: bool = False, log=print, **kwargs) -> dict[str, str]:
+    """Run ``metrics`` on every finished run of a sweep (or only each architecture's deepest run), skipping metrics
+    already written (unless ``force``), then write the comparison figures and the report section."""
+    import copy
+
+    from .sweep import finished_runs, sweep_data_dir, write_comparison
+
+    data = data or sweep_data_dir(sweep_dir)
+    runs = finished_runs(sweep_dir)
+    if deepest_only:
+        deepest = {}
+        for run in runs:
+            if run["arch"] not in deepest or (run["num_layers"] or 0) > (deepest[run["arch"]]["num_layers"] or 0):
+                deepest[run["arch"]] = run
+        runs = [r for r in runs if deepest.get(r["arch"]) is r]
+    if not runs:
+        raise ValueError(f"no finished runs with a final/ export under {os.path.join(sweep_dir, 'runs')}")
+    root = out_root or os.path.join(sweep_dir, "analysis")
+    for k, run in enumerate(runs):
+        log(f"[{k + 1}/{len(runs)}] {run['run_id']}")
+        analyze_target(run["model_dir"], metrics, os.path.join(root, run["run_id"]), data, copy.copy(spec),
+                       skip_done=not force, log=log, **kwargs)
+    return write_comparison(sweep_dir, log=log)
