@@ -39,8 +39,6 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from depthbench.modeling.configuration_depthbench import DepthBenchConfig
-
 COUNTS = ("total", "backbone")
 """What a budget holds fixed: the whole model or the transformer blocks only (no embedding, LM head, final norm)."""
 
@@ -126,7 +124,16 @@ class Shape:
 
 @functools.lru_cache(maxsize=4096)
 def _backbone_counts(**fields: int) -> dict[str, int]:
-    return DepthBenchConfig(**fields).parameter_counts()
+    """``DepthBenchConfig(**fields).parameter_counts()`` (the Pre-LN backbone, untied head), in plain Python so that
+    ``depthbench shapes`` answers without importing transformers; ``tests/test_cli_latency.py`` checks that the two
+    agree on every shape of every grid."""
+    d, f, hd = fields["hidden_size"], fields["intermediate_size"], fields["head_dim"]
+    q_width, kv_width = fields["num_attention_heads"] * hd, fields["num_key_value_heads"] * hd
+    per_block = 2 * d * q_width + 2 * d * kv_width + 3 * d * f + 2 * d  # q, o, k, v; SwiGLU; two norms
+    counts = {"embedding": fields["vocab_size"] * d, "backbone": fields["num_hidden_layers"] * per_block,
+              "lm_head": fields["vocab_size"] * d, "final_norm": d, "extra": 0}
+    counts["total"] = sum(counts.values())
+    return counts
 
 
 def _held(counts: dict[str, int], count: str) -> int:
