@@ -28,7 +28,7 @@ from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DecoderLayer, DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring
+from .modeling_depthbench import Branch, DecoderLayer, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring
 
 
 # ================================================================================================ configs
@@ -229,8 +229,13 @@ class AttnResResidual(Residual):
             inv.append(inv_rms(partial, self.eps))
         return depth_mix(self.query, self.key_gain, sources, inv), stream
 
-    def forward(self, stream: AttnResStream, norm: nn.Module, branch) -> AttnResStream:
+    def forward(self, stream: AttnResStream, norm: Norm | None = None, branch: Branch | None = None):
+        """Run the sublayer and return the updated stream; without ``norm``/``branch``, return only the raw mix
+        this sublayer would consume (:meth:`read` through ``nn.Module.__call__``, so the analysis readouts get
+        the same module hooks, e.g. accelerate's offload hooks that load ``query``/``key_gain``)."""
         mixed, stream = self.read(stream)
+        if branch is None:
+            return mixed
         out = branch(norm(mixed))
         partial = out if stream.partial is None else stream.partial + out
         return stream._replace(partial=partial, next_index=self.index + 1, skip_pending=False)
@@ -295,20 +300,25 @@ class AttnResWiring(Wiring):
             inv.append(inv_rms(stream.partial, self.eps))
         return depth_mix(self.query, self.key_gain, sources, inv)
 
-    def exit(self, stream: AttnResStream, final_norm: nn.Module) -> torch.Tensor:
+    def forward(self, stream: AttnResStream, final_norm: Norm | None = None) -> torch.Tensor:
+        """:meth:`exit` (or, without ``final_norm``, the raw :meth:`final_mix`) through ``nn.Module.__call__``:
+        readouts call the module, never the parameters directly, so offload hooks load ``query``/``key_gain``."""
+        return self.final_mix(stream) if final_norm is None else self.exit(stream, final_norm)
+
+    def exit(self, stream: AttnResStream, final_norm: Norm) -> torch.Tensor:
         return final_norm(self.final_mix(stream))
 
     def readout(self, stream: AttnResStream) -> torch.Tensor:
         if stream.next_index >= self.num_sublayers:
-            return self.final_mix(stream)
-        return self._consumers[stream.next_index // 2].read(stream)[0]
+            return self(stream)
+        return self._consumers[stream.next_index // 2](stream)
 
     def depth_state(self, stream: AttnResStream, next_layer: DecoderLayer | None) -> torch.Tensor:
         if next_layer is None:
-            return self.final_mix(stream)
+            return self(stream)
         consumer = next_layer.attn_residual
         if next_layer.layer_idx >= 1 and consumer.is_boundary:
-            return consumer.read(stream)[0]
+            return consumer(stream)
         return stream.newest()  # the embedding in front of block 0, else the block's partial
 
     def skip_layer(self, layer: DecoderLayer, stream: AttnResStream) -> AttnResStream:

@@ -4,13 +4,11 @@ Ships to the Hugging Face Hub as remote code (imports only torch, transformers a
 """
 
 import math
-from collections.abc import Callable
 
 import torch
-from torch import nn
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring
+from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring
 
 DEEPNORM_BASE_INITS = ("normal", "xavier")
 
@@ -96,7 +94,7 @@ class DeepNormResidual(Residual):
         super().__init__(config, index)
         self.alpha = config.resolved_alpha
 
-    def forward(self, stream: torch.Tensor, norm: nn.Module, branch: Callable[..., torch.Tensor]) -> torch.Tensor:
+    def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         return norm(self.alpha * stream.float() + branch(stream).float()).to(stream.dtype)  # [B,T,d]
 
     def extra_repr(self) -> str:

@@ -16,7 +16,7 @@ from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DecoderLayer, DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring
+from .modeling_depthbench import Branch, DecoderLayer, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring
 
 
 class DenseFormerConfig(DepthBenchConfig):
@@ -101,7 +101,7 @@ class DenseFormerResidual(Residual):
         else:
             self.register_parameter("dwa_weights", None)
 
-    def forward(self, stream: DenseFormerStream, norm: nn.Module, branch) -> DenseFormerStream:
+    def forward(self, stream: DenseFormerStream, norm: Norm, branch: Branch) -> DenseFormerStream:
         x = stream.current
         out = x + branch(norm(x))
         if self.is_attention:
@@ -133,7 +133,7 @@ class DenseFormerWiring(Wiring):
     def enter(self, embeddings: torch.Tensor) -> DenseFormerStream:
         return DenseFormerStream(embeddings, (embeddings,))
 
-    def exit(self, stream: DenseFormerStream, final_norm: nn.Module) -> torch.Tensor:
+    def exit(self, stream: DenseFormerStream, final_norm: Norm) -> torch.Tensor:
         return final_norm(stream.current)
 
     def readout(self, stream: DenseFormerStream) -> torch.Tensor:

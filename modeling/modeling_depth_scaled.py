@@ -8,13 +8,12 @@ weight-decay and Adam-epsilon multipliers of its parametrization through :meth:`
 plain data that ``depthbench.optim.param_groups`` turns into optimizer parameter groups.
 """
 
-from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring
+from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring
 
 DEPTH_SCALING_AXES = ("depth-only", "depth-width")
 
@@ -157,7 +156,7 @@ class DepthScaledResidual(Residual):
         super().__init__(config, index)
         self.multiplier = config.residual_multiplier
 
-    def forward(self, stream: torch.Tensor, norm: nn.Module, branch: Callable[..., torch.Tensor]) -> torch.Tensor:
+    def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         return stream + self.multiplier * branch(norm(stream))  # [B,T,d]
 
     def extra_repr(self) -> str:
@@ -181,7 +180,7 @@ class DepthScaledWiring(Wiring):
                            mlp.down_proj):
                 linear.init_std = std
 
-    def exit(self, stream: torch.Tensor, final_norm: nn.Module) -> torch.Tensor:
+    def exit(self, stream: torch.Tensor, final_norm: Norm) -> torch.Tensor:
         hidden = final_norm(stream)
         if self.config.depth_scaling_axis == "depth-width":
             hidden = hidden / self.config.width_multiplier  # muP output multiplier m_N^(-1), folded before lm_head

@@ -14,8 +14,11 @@ sublayer. The residual module answers the only question the architectures disagr
     stream = residual(stream, norm, branch)    # Pre-LN: stream + branch(norm(stream))
 
 where ``stream`` is whatever the architecture carries between sublayers (a tensor for Pre-LN, n streams for
-hyper-connections, a bank of depth sources for attention residuals), ``norm`` is the sublayer's own norm
-(``input_layernorm`` / ``post_attention_layernorm``) and ``branch`` is the attention or MLP. The wiring also says how
+hyper-connections, a bank of depth sources for attention residuals), ``norm`` applies the sublayer's own norm
+(``input_layernorm`` / ``post_attention_layernorm``) and ``branch`` runs the attention or MLP. Both are plain
+functions that the :class:`DecoderLayer` builds around its own modules, never the modules themselves: no module is
+ever a forward argument (accelerate's big-model hooks move every forward argument to the execution device with
+``.to()``, which fails on an offloaded module whose weights are still on the meta device). The wiring also says how
 the embedding enters the stream (:meth:`Wiring.enter`), how the stream becomes the final hidden state
 (:meth:`Wiring.exit`), and what the analysis tools observe (:meth:`Wiring.readout`, :meth:`Wiring.depth_state`).
 """
@@ -38,6 +41,12 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import can_return_tuple
 
 from .configuration_depthbench import DepthBenchConfig
+
+#: What a residual module receives as ``norm``: a plain function [.., d] -> [.., d] that calls the sublayer's norm.
+Norm = Callable[[torch.Tensor], torch.Tensor]
+#: What a residual module receives as ``branch``: a plain function calling the attention (keyword extras allowed)
+#: or the MLP.
+Branch = Callable[..., torch.Tensor]
 
 # transformers 5.24 renamed the cache keyword/field `past_key_values` -> `cache`; support both 5.23 and 5.24.
 _CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
@@ -202,6 +211,10 @@ class Residual(nn.Module):
 
         x <- x + F(N(x))
 
+    ``norm`` and ``branch`` are plain functions (see the module docstring), so a residual module may call each
+    any number of times, on any input, but never receives or stores the norm module itself; the norms stay owned
+    by the :class:`DecoderLayer` under Llama's names.
+
     Subclasses override :meth:`forward` (and may own parameters, which they initialise in
     :meth:`reset_parameters`, called from the model's ``_init_weights`` so Hugging Face loading never leaves them
     uninitialised). ``index`` is the global sublayer index: ``2*l`` for block l's attention, ``2*l+1`` for its MLP.
@@ -217,7 +230,7 @@ class Residual(nn.Module):
         self.layer_idx = index // 2
         self.is_attention = index % 2 == 0
 
-    def forward(self, stream, norm: nn.Module, branch: Callable[..., torch.Tensor]):
+    def forward(self, stream, norm: Callable[[torch.Tensor], torch.Tensor], branch: Branch):
         return stream + branch(norm(stream))
 
     def reset_parameters(self, config: DepthBenchConfig) -> None:
@@ -258,13 +271,19 @@ class Wiring(nn.Module):
         Called once in ``DepthBenchModel.__init__`` (before ``post_init``); ``_init_weights`` reads ``init_std``.
         """
 
+    def forward(self, stream, final_norm: Norm) -> torch.Tensor:
+        """Calling the wiring runs :meth:`exit` through ``nn.Module.__call__``, so module hooks (accelerate's
+        offload hooks, which load this wiring's own parameters, e.g. a final depth-mixing query) apply."""
+        return self.exit(stream, final_norm)
+
     # -------------------------------------------------------------------------------------------- stream hooks
     def enter(self, embeddings: torch.Tensor):
         """Embedding output [B,T,d] -> the stream entering block 0."""
         return embeddings
 
-    def exit(self, stream, final_norm: nn.Module) -> torch.Tensor:
-        """Stream after the last block -> final hidden state [B,T,d] that ``lm_head`` reads."""
+    def exit(self, stream, final_norm: Norm) -> torch.Tensor:
+        """Stream after the last block -> final hidden state [B,T,d] that ``lm_head`` reads (``final_norm`` applies
+        the model's final norm, a plain function like a residual's ``norm``)."""
         return final_norm(stream)
 
     def readout(self, stream) -> torch.Tensor:
@@ -309,11 +328,23 @@ class DecoderLayer(GradientCheckpointingLayer):
         if self.skipped:
             return self.wiring.skip_layer(self, stream)
 
+        # Norms and branches reach the residual modules as plain functions that call this layer's own modules,
+        # never as the modules themselves: accelerate's offload hooks move every forward argument of a hooked
+        # module with `.to(device)`, which would try to copy an offloaded (meta) norm (see `Residual`).
+        def attention_norm(x):
+            return self.input_layernorm(x)
+
         def attention(x, **extra):
             return self.self_attn(x, position_embeddings, attention_mask, cache=cache, **kwargs, **extra)[0]
 
-        stream = self.attn_residual(stream, self.input_layernorm, attention)
-        stream = self.mlp_residual(stream, self.post_attention_layernorm, self.mlp)
+        def mlp_norm(x):
+            return self.post_attention_layernorm(x)
+
+        def mlp(x):
+            return self.mlp(x)
+
+        stream = self.attn_residual(stream, attention_norm, attention)
+        stream = self.mlp_residual(stream, mlp_norm, mlp)
         return stream
 
 
@@ -454,6 +485,10 @@ class DepthBenchModel(DepthBenchPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embed_tokens = value
 
+    def _final_norm(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The final norm as the plain function :meth:`Wiring.exit` receives."""
+        return self.norm(hidden_states)
+
     @can_return_tuple
     def forward(
         self,
@@ -500,7 +535,7 @@ class DepthBenchModel(DepthBenchPreTrainedModel):
             if _depth_states is not None:
                 nxt = self.layers[idx + 1] if idx + 1 < len(self.layers) else None
                 _depth_states.append(self.wiring.depth_state(stream, nxt))
-        last_hidden_state = self.wiring.exit(stream, self.norm)
+        last_hidden_state = self.wiring(stream, self._final_norm)  # exit(), through module hooks
         if hidden_states is not None:
             hidden_states.append(last_hidden_state)
         return BaseModelOutputWithPast(

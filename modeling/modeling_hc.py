@@ -12,7 +12,6 @@ streams), d hidden size.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +19,7 @@ from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring
+from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring
 
 READOUTS = ("mean", "sum", "sum_norm")
 
@@ -123,8 +122,8 @@ def hyper_connection_update(
     stream: torch.Tensor,
     width: torch.Tensor,
     depth: torch.Tensor,
-    norm: nn.Module,
-    branch: Callable[..., torch.Tensor],
+    norm: Norm,
+    branch: Branch,
 ) -> torch.Tensor:
     """One hyper-connected sublayer: ``[u; R] = width @ H``, ``H'_t = R_t + depth_t · F(N(u))``.
 
@@ -189,7 +188,7 @@ class HyperConnectionWiring(Wiring):
     def readout(self, stream: torch.Tensor) -> torch.Tensor:
         return stream.mean(dim=-2) if self.readout_mode == "mean" else stream.sum(dim=-2)
 
-    def exit(self, stream: torch.Tensor, final_norm: nn.Module) -> torch.Tensor:
+    def exit(self, stream: torch.Tensor, final_norm: Norm) -> torch.Tensor:
         if self.readout_mode == "sum_norm":
             return final_norm(stream).sum(dim=-2)
         return final_norm(self.readout(stream))
@@ -260,7 +259,7 @@ class HCResidual(Residual):
         beta = self.static_beta.to(h.dtype) + self.dynamic_beta_scale.to(h.dtype) * dyn[..., -1]
         return alpha, beta
 
-    def forward(self, stream: torch.Tensor, norm: nn.Module, branch: Callable[..., torch.Tensor]) -> torch.Tensor:
+    def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         alpha, beta = self.connections(stream)
         return hyper_connection_update(stream, alpha.transpose(-1, -2), beta, norm, branch)
 

@@ -3,13 +3,11 @@
 Ships to the Hugging Face Hub as remote code (imports only torch, transformers and sibling files).
 """
 
-from collections.abc import Callable
 
 import torch
-from torch import nn
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring, make_norm
+from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring, make_norm
 
 
 class KeelConfig(DepthBenchConfig):
@@ -72,7 +70,7 @@ class KeelResidual(Residual):
         self.alpha = 1.0 if self.layer_idx == 0 else config.resolved_alpha
         self.out_norm = None if index == 0 else make_norm(config)
 
-    def forward(self, stream: torch.Tensor, norm: nn.Module, branch: Callable[..., torch.Tensor]) -> torch.Tensor:
+    def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         if self.out_norm is None:  # block 0, attention: plain Pre-LN
             return stream + branch(norm(stream))
         return self.out_norm(self.alpha * stream.float() + branch(norm(stream)).float()).to(stream.dtype)  # [B,T,d]

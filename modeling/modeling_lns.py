@@ -4,14 +4,12 @@ Ships to the Hugging Face Hub as remote code (imports only torch, transformers a
 """
 
 import math
-from collections.abc import Callable
 
 import torch
-from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring
+from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring
 
 LNS_SCALE_MODES = ("layer", "depth")
 
@@ -67,7 +65,7 @@ class LNSResidual(Residual):
         super().__init__(config, index)
         self.register_buffer("ln_scale", torch.tensor(config.lns_scale(self.layer_idx)), persistent=False)
 
-    def forward(self, stream: torch.Tensor, norm: nn.Module, branch: Callable[..., torch.Tensor]) -> torch.Tensor:
+    def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         branch_input = norm(stream)
         return stream + branch(branch_input * self.ln_scale.to(branch_input.dtype))  # [B,T,d]
 

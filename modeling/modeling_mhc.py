@@ -7,15 +7,13 @@ mHC coefficient generator (flattened-stream RMSNorm, one GEMM to n² + 2n logits
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual
+from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual
 from .modeling_hc import (
     READOUTS,
     HyperConnectionWiring,
@@ -231,7 +229,7 @@ class MHCResidual(Residual):
             h_res = sinkhorn(z[..., 2 * n:].unflatten(-1, (n, n)), self.num_iters, self.temperature)
         return h_pre, h_post, h_res
 
-    def forward(self, stream: torch.Tensor, norm: nn.Module, branch: Callable[..., torch.Tensor]) -> torch.Tensor:
+    def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         h_pre, h_post, h_res = self.mappings(stream)
         width = torch.cat([h_pre.unsqueeze(-2), h_res], dim=-2)  # [..., n+1, n]: row 0 -> branch input
         return hyper_connection_update(stream, width, h_post, norm, branch)

@@ -4,13 +4,11 @@ Ships to the Hugging Face Hub as remote code (imports only torch, transformers a
 """
 
 import math
-from collections.abc import Callable
 
 import torch
-from torch import nn
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring
+from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring
 
 
 class MixLNConfig(DepthBenchConfig):
@@ -60,7 +58,7 @@ class MixLNResidual(Residual):
         super().__init__(config, index)
         self.post_ln = self.layer_idx < config.num_post_ln_blocks
 
-    def forward(self, stream: torch.Tensor, norm: nn.Module, branch: Callable[..., torch.Tensor]) -> torch.Tensor:
+    def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         if self.post_ln:
             return norm(stream.float() + branch(stream).float()).to(stream.dtype)  # [B,T,d]
         return stream + branch(norm(stream))

@@ -24,8 +24,10 @@ from torch import nn
 from .configuration_depthbench import DepthBenchConfig
 from .modeling_depthbench import (
     Attention,
+    Branch,
     DepthBenchForCausalLM,
     DepthBenchModel,
+    Norm,
     Residual,
     Wiring,
     apply_rotary_pos_emb,
@@ -317,7 +319,7 @@ class MoDAResidual(Residual):
         else:
             self.kv_proj = None
 
-    def forward(self, stream: MoDAStream, norm: nn.Module, branch) -> MoDAStream:
+    def forward(self, stream: MoDAStream, norm: Norm, branch: Branch) -> MoDAStream:
         x, keys, values = stream
         u = x if self.post_norm else norm(x)
         if self.is_attention and self.use_depth:
@@ -355,7 +357,7 @@ class MoDAWiring(Wiring):
     def enter(self, embeddings: torch.Tensor) -> MoDAStream:
         return MoDAStream(embeddings)
 
-    def exit(self, stream: MoDAStream, final_norm: nn.Module) -> torch.Tensor:
+    def exit(self, stream: MoDAStream, final_norm: Norm) -> torch.Tensor:
         return final_norm(stream.hidden)
 
     def readout(self, stream: MoDAStream) -> torch.Tensor:

@@ -3,13 +3,11 @@
 Ships to the Hugging Face Hub as remote code (imports only torch, transformers and sibling files).
 """
 
-from collections.abc import Callable
 
 import torch
-from torch import nn
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring, make_norm
+from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring, make_norm
 
 
 class PeriLNConfig(DepthBenchConfig):
@@ -63,7 +61,7 @@ class PeriLNResidual(Residual):
         super().__init__(config, index)
         self.out_norm = make_norm(config)
 
-    def forward(self, stream: torch.Tensor, norm: nn.Module, branch: Callable[..., torch.Tensor]) -> torch.Tensor:
+    def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         return stream + self.out_norm(branch(norm(stream)))  # [B,T,d]
 
 

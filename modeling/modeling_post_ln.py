@@ -3,13 +3,11 @@
 Ships to the Hugging Face Hub as remote code (imports only torch, transformers and sibling files).
 """
 
-from collections.abc import Callable
 
 import torch
-from torch import nn
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Residual, Wiring
+from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring
 
 
 class PostLNConfig(DepthBenchConfig):
@@ -38,7 +36,7 @@ class PostLNResidual(Residual):
     The add and the norm run in fp32 (the norm upcasts anyway) and the result is cast back to the stream dtype.
     """
 
-    def forward(self, stream: torch.Tensor, norm: nn.Module, branch: Callable[..., torch.Tensor]) -> torch.Tensor:
+    def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         return norm(stream.float() + branch(stream).float()).to(stream.dtype)  # [B,T,d]
 
 
