@@ -72,3 +72,31 @@ def test_compiled_loss_and_gradients_equal_eager(arch_id):
                 for p in model.parameters():
                     p -= 0.1 * p.grad
                     p.grad = None
+
+
+@pytest.mark.slow
+def test_trainer_compile_flag_uses_the_compiled_path(tmp_path, monkeypatch):
+    """``model.compile=true`` goes through ``compile_model`` and trains to the eager losses (within 1e-5)."""
+    from helpers import TINY_FIELDS, make_train_data
+
+    from depthbench import compiled
+    from depthbench.config import load_run_config
+    from depthbench.train import train
+
+    data_dir = make_train_data(tmp_path / "data")
+    calls = []
+    real = compiled.compile_model
+    monkeypatch.setattr(compiled, "compile_model", lambda model, **kw: calls.append(type(model)) or real(model, **kw))
+
+    def run(out, *overrides):
+        base = {"model": {"arch": "hc", "fields": TINY_FIELDS},
+                "data": {"data_dir": str(data_dir), "seq_len": 32, "eval_sequences": 0, "prefetch": 1},
+                "train": {"global_batch_size": 4, "micro_batch_size": 4, "max_steps": 2, "progress": False},
+                "checkpoint": {"hf_export": False, "hash_files": False}, "output_dir": str(out)}
+        return train(load_run_config(base, list(overrides)))
+
+    torch._dynamo.reset()
+    eager = run(tmp_path / "eager")
+    compiled_run = run(tmp_path / "compiled", "model.compile=true")
+    assert len(calls) == 1
+    assert abs(compiled_run["final_train_loss"] - eager["final_train_loss"]) <= 1e-5
