@@ -12,9 +12,10 @@ setup(
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    package_dir={"depthbench": "src/depthbench", "depthbench.modeling": "modeling"},
-    packages=["depthbench", "depthbench.modeling"],
-    package_data={"depthbench": ["configs/*.yaml"]},
+    package_dir={"depthbench": "src/depthbench", "depthbench.modeling": "modeling",
+                 "depthbench.model_cards": "model_cards"},
+    packages=["depthbench", "depthbench.data", "depthbench.modeling", "depthbench.model_cards", "depthbench.hub"],
+    package_data={"depthbench": ["configs/*.yaml"], "depthbench.model_cards": ["*.md"]},
     install_requires=[
         "torch>=2.4",
         "transformers>=5.23,<5.25",
@@ -33,6 +34,10 @@ setup(
     extras_require={
         "track": ["tensorboard", "wandb"],
         "test": ["pytest>=8", "tensorboard", "ruff", "pyarrow"],
+        # Import-time dependencies of the upstream OLMo-core oracle (tests/test_hub_convert.py). OLMo-core itself and
+        # cached-path are installed WITHOUT dependency resolution (their pins would downgrade huggingface_hub):
+        #   pip install -e ".[test,oracle]" && pip install --no-deps ai2-olmo-core==3.0.0 cached-path==1.8.10
+        "oracle": ["dataclass-extensions==0.5.0", "bettermap==1.3.1", "rich", "boto3", "google-cloud-storage>=1.32,<4"],
     },
     entry_points={"console_scripts": ["depthbench=depthbench.cli:main"]},
 )

@@ -28,7 +28,16 @@ from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import Branch, DecoderLayer, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring
+from .modeling_depthbench import (
+    Branch,
+    DecoderLayer,
+    DepthBenchForCausalLM,
+    DepthBenchModel,
+    Norm,
+    Residual,
+    Wiring,
+    upcast,
+)
 
 
 # ================================================================================================ configs
@@ -51,13 +60,12 @@ class AttnResConfig(DepthBenchConfig):
     attention has a single source, so its weight is always 1) plus the final pair: ``4 d L`` in all.
     Paper: https://arxiv.org/abs/2603.15031
 
-    Where the DepthBench reference and this port differ (reference_depthbench.md §1.12, §8.3, §8.7): the reference
-    fuses an output RMSNorm into the mix that borrows the block's pre-norm gain but uses eps 1e-5; here the mix goes
-    through the sublayer's own norm (``input_layernorm`` / ``post_attention_layernorm``, model eps), the same
-    function up to eps, which keeps Llama's parameter names. The key norm also uses the model's ``rms_norm_eps``
-    (reference: 1e-5). Queries and key gains get no weight decay (the reference decays them, pulling the mixing
-    towards uniform). The optional reference ablations (per-source bias, learnable logit scale, top-k) are not
-    implemented.
+    Where the DepthBench reference code and this port differ: the reference fuses an output RMSNorm into the mix
+    that borrows the block's pre-norm gain but uses eps 1e-5; here the mix goes through the sublayer's own norm
+    (``input_layernorm`` / ``post_attention_layernorm``, model eps), the same function up to eps, which keeps
+    Llama's parameter names. The key norm also uses the model's ``rms_norm_eps`` (reference: 1e-5). Queries and key
+    gains get no weight decay (the reference decays them, pulling the mixing towards uniform). The optional
+    reference ablations (per-source bias, learnable logit scale, top-k) are not implemented.
     """
 
     model_type = "depthbench_attnres"
@@ -146,22 +154,22 @@ class AttnResStream(NamedTuple):
 
 
 def inv_rms(source: torch.Tensor, eps: float) -> torch.Tensor:
-    """Per-token key normalisation ``1 / sqrt(mean(v^2) + eps)`` in fp32: ``[B, T, d] -> [B, T]``."""
-    sq_norm = torch.linalg.vector_norm(source, dim=-1, dtype=torch.float32).square()
+    """Per-token key normalisation ``1 / sqrt(mean(v^2) + eps)`` in at least fp32: ``[B, T, d] -> [B, T]``."""
+    sq_norm = torch.linalg.vector_norm(source, dim=-1, dtype=torch.promote_types(source.dtype, torch.float32)).square()
     return torch.rsqrt(sq_norm / source.shape[-1] + eps)
 
 
 def depth_weights(
     query: torch.Tensor, key_gain: torch.Tensor, sources: list[torch.Tensor], inv_rms_values: list[torch.Tensor]
 ) -> torch.Tensor:
-    """Softmax-over-depth weights ``[S, B, T]`` (fp32) of ``S`` sources ``[B, T, d]``.
+    """Softmax-over-depth weights ``[S, B, T]`` (at least fp32) of ``S`` sources ``[B, T, d]``.
 
     ``a_i = softmax_i( <w, g * v_i> / RMS(v_i) )``: the key ``g * v_i / RMS(v_i)`` is never materialised; each logit
     is one matrix-vector product with ``u = w * g`` scaled by the cached per-token inverse RMS. The dot products
-    run in the sources' dtype (fp32 accumulation inside the matmul); scaling and softmax run in fp32.
+    run in the sources' dtype (fp32 accumulation inside the matmul); scaling and softmax run in at least fp32.
     """
-    u = (query.float() * key_gain.float()).to(sources[0].dtype)
-    logits = torch.stack([v @ u for v in sources]).float() * torch.stack(inv_rms_values)
+    u = (upcast(query) * upcast(key_gain)).to(sources[0].dtype)
+    logits = upcast(torch.stack([v @ u for v in sources])) * torch.stack(inv_rms_values)
     return torch.softmax(logits, dim=0)
 
 
@@ -191,9 +199,9 @@ class AttnResResidual(Residual):
     (block sums of) sublayer outputs instead of a residual stream, and its output is added to the current block's
     partial sum instead of to a stream.
 
-    Bank/partial recursion (reference_depthbench.md §1.12) at sublayer ``j`` with block size ``S``: if ``j % S == 0``
-    (a boundary) and the partial is non-empty, commit it to the bank; mix ``bank + [partial]``; apply the
-    sublayer's norm and branch; add the output to the partial. Owns ``query`` (zero-init) and ``key_gain``
+    Bank/partial recursion (as in the DepthBench reference code) at sublayer ``j`` with block size ``S``: if
+    ``j % S == 0`` (a boundary) and the partial is non-empty, commit it to the bank; mix ``bank + [partial]``; apply
+    the sublayer's norm and branch; add the output to the partial. Owns ``query`` (zero-init) and ``key_gain``
     (one-init), except at ``j = 0`` whose only source is the embedding.
     """
 
@@ -251,7 +259,8 @@ class AttnResResidual(Residual):
 
 class AttnResWiring(Wiring):
     """Model-level AttnRes wiring: the embedding enters the bank, the final mixer (``query``, ``key_gain``, as
-    ``model.wiring.*``) feeds ``model.norm``, and the analysis hooks follow reference_depthbench.md §5.1.
+    ``model.wiring.*``) feeds ``model.norm``, and the analysis hooks read the raw depth mixes (the state each
+    consumer actually reads), not per-block partial sums.
 
     * ``readout`` (``output_hidden_states``): in front of block l >= 1 the raw mix block l's attention consumes; in
       front of block 0 the embedding.

@@ -8,7 +8,7 @@ import math
 import torch
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring
+from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring, upcast
 
 DEEPNORM_BASE_INITS = ("normal", "xavier")
 
@@ -87,7 +87,7 @@ class DeepNormResidual(Residual):
     """Identical to Pre-LN except that there is no pre-norm and the norm follows an alpha-weighted add:
     ``x <- N(alpha * x + F(x))``.
 
-    The add and the norm run in fp32 (alpha * x would swamp a small F(x) in bf16) and are cast back.
+    The add and the norm run in at least fp32 (alpha * x would swamp a small F(x) in bf16) and are cast back.
     """
 
     def __init__(self, config: DeepNormConfig, index: int):
@@ -95,7 +95,7 @@ class DeepNormResidual(Residual):
         self.alpha = config.resolved_alpha
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
-        return norm(self.alpha * stream.float() + branch(stream).float()).to(stream.dtype)  # [B,T,d]
+        return norm(self.alpha * upcast(stream) + upcast(branch(stream))).to(stream.dtype)  # [B,T,d]
 
     def extra_repr(self) -> str:
         return f"index={self.index}, alpha={self.alpha:.6g}"

@@ -73,12 +73,12 @@ class DenseFormerStream(NamedTuple):
 
 
 def depth_weighted_average(weights: torch.Tensor, outputs: list[torch.Tensor]) -> torch.Tensor:
-    """``sum_m weights[m] * outputs[m]``, accumulated in fp32 in the given order and cast back.
+    """``sum_m weights[m] * outputs[m]``, accumulated in at least fp32 in the given order and cast back.
 
     With identity weights (``[0, ..., 0, 1]``) the result is ``outputs[-1]`` bit for bit (``0 + 1 * x = x``).
     """
-    out = torch.zeros_like(outputs[-1], dtype=torch.float32)
-    for weight, output in zip(weights.float().unbind(), outputs):
+    out = torch.zeros_like(outputs[-1], dtype=torch.promote_types(outputs[-1].dtype, torch.float32))
+    for weight, output in zip(weights.to(out.dtype).unbind(), outputs):
         out = out.addcmul_(output, weight)
     return out.to(outputs[-1].dtype)
 

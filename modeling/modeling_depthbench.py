@@ -53,8 +53,14 @@ _CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__
 
 
 # ================================================================================================ backbone pieces
+def upcast(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in fp32, or in its own dtype if that is wider (fp64 stays fp64): the precision of delicate math
+    (norms, softmaxes, residual adds and mixing)."""
+    return tensor.to(torch.promote_types(tensor.dtype, torch.float32))
+
+
 class RMSNorm(nn.Module):
-    """RMSNorm with a learnable gain (init 1), computed in fp32 and cast back (as Llama and OLMo-core)."""
+    """RMSNorm with a learnable gain (init 1), computed in at least fp32 and cast back (as Llama and OLMo-core)."""
 
     def __init__(self, hidden_size: int, eps: float = 1e-6):
         super().__init__()
@@ -63,7 +69,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         input_dtype = hidden_states.dtype
-        x = hidden_states.float()
+        x = upcast(hidden_states)
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
         return self.weight * x.to(input_dtype)
 
@@ -72,7 +78,8 @@ class RMSNorm(nn.Module):
 
 
 class LayerNorm(nn.Module):
-    """Mean-centred LayerNorm with a learnable gain and no bias (DeepNorm's norm in the study), fp32 compute."""
+    """Mean-centred LayerNorm with a learnable gain and no bias (DeepNorm's norm in the study), computed in at least
+    fp32."""
 
     def __init__(self, hidden_size: int, eps: float = 1e-6):
         super().__init__()
@@ -81,7 +88,7 @@ class LayerNorm(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         input_dtype = hidden_states.dtype
-        x = F.layer_norm(hidden_states.float(), (hidden_states.shape[-1],), eps=self.variance_epsilon)
+        x = F.layer_norm(upcast(hidden_states), (hidden_states.shape[-1],), eps=self.variance_epsilon)
         return self.weight * x.to(input_dtype)
 
     def extra_repr(self) -> str:
@@ -112,7 +119,8 @@ class RotaryEmbedding(nn.Module):
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)  # [B,T,hd/2]
+        dtype = torch.promote_types(x.dtype, torch.float32)
+        freqs = position_ids[..., None].to(dtype) * self.inv_freq.to(device=x.device, dtype=dtype)  # [B,T,hd/2]
         emb = torch.cat((freqs, freqs), dim=-1)  # [B,T,hd]
         return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
@@ -137,13 +145,14 @@ def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
 
 
 def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-    """Reference attention: softmax(q k^T * scaling + mask) v, softmax in fp32. Returns ([B,T,H,hd], weights)."""
+    """Reference attention: softmax(q k^T * scaling + mask) v, softmax in at least fp32. Returns ([B,T,H,hd],
+    weights)."""
     key = repeat_kv(key, module.num_key_value_groups)
     value = repeat_kv(value, module.num_key_value_groups)
     weights = torch.matmul(query, key.transpose(2, 3)) * scaling
     if attention_mask is not None:
         weights = weights + attention_mask
-    weights = F.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = F.softmax(weights, dim=-1, dtype=torch.promote_types(query.dtype, torch.float32)).to(query.dtype)
     weights = F.dropout(weights, p=dropout, training=module.training)
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
@@ -252,7 +261,7 @@ class Wiring(nn.Module):
     residual_class: type[Residual] = Residual
     #: Names (relative to the wiring) of model-level parameters that get no weight decay.
     no_decay: tuple[str, ...] = ()
-    #: Short family name used by analysis tools ("residual", "hyper_connections", "attnres", ...).
+    #: Short family name ("residual", "hyper_connections", "attnres", ...), shown by ``depthbench archs``.
     family = "residual"
 
     def __init__(self, config: DepthBenchConfig):

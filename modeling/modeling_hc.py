@@ -19,7 +19,7 @@ from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring
+from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring, upcast
 
 READOUTS = ("mean", "sum", "sum_norm")
 
@@ -106,11 +106,6 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def upcast(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` in fp32, or in its own dtype if that is wider (fp64 stays fp64): the precision of mixing math."""
-    return tensor.to(torch.promote_types(tensor.dtype, torch.float32))
-
-
 def full_precision(tensor: torch.Tensor) -> torch.autocast:
     """Context that switches autocast off on ``tensor``'s device, so upcast mixing math is not run in bf16 again
     when the model is trained under ``torch.autocast``."""
@@ -159,7 +154,8 @@ class HyperConnectionWiring(Wiring):
     * :meth:`exit` is the readout (``mean`` / ``sum`` collapse then the final norm, or ``sum_norm``);
     * :meth:`readout` (``output_hidden_states``, logit lens) is the collapse before the final norm: the mean for
       ``mean``, the sum for ``sum`` and ``sum_norm`` (for ``sum_norm`` the head does not read exactly this state);
-    * :meth:`depth_state` concatenates a token's n streams into one n·d vector (analysis reference §5.1);
+    * :meth:`depth_state` concatenates a token's n streams into one n·d vector (the depth state the
+      analysis metrics compare across blocks);
     * skipped blocks return their streams unchanged, and ``swap_blocks`` exchanges the connector parameters with
       the rest of the block (the base behaviour).
 

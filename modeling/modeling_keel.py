@@ -7,7 +7,16 @@ Ships to the Hugging Face Hub as remote code (imports only torch, transformers a
 import torch
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring, make_norm
+from .modeling_depthbench import (
+    Branch,
+    DepthBenchForCausalLM,
+    DepthBenchModel,
+    Norm,
+    Residual,
+    Wiring,
+    make_norm,
+    upcast,
+)
 
 
 class KeelConfig(DepthBenchConfig):
@@ -28,7 +37,7 @@ class KeelConfig(DepthBenchConfig):
     attention and MLP as separate sublayers; summaries of the paper are ambiguous between sublayers and blocks,
     so it is configurable). Extra parameters: the output-norm gains, one in block 0 and two in every other block,
     ``d (2L - 1)``, initialised to 1. Standard init (the paper needs no special init). The residual add runs in
-    fp32 because alpha * x would swamp the branch output in bf16.
+    at least fp32 because alpha * x would swamp the branch output in bf16.
 
     Args:
         keel_alpha: Residual weight of blocks 1..L-1; ``None`` (default) means ``2 * num_hidden_layers``.
@@ -73,7 +82,7 @@ class KeelResidual(Residual):
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         if self.out_norm is None:  # block 0, attention: plain Pre-LN
             return stream + branch(norm(stream))
-        return self.out_norm(self.alpha * stream.float() + branch(norm(stream)).float()).to(stream.dtype)  # [B,T,d]
+        return self.out_norm(self.alpha * upcast(stream) + upcast(branch(norm(stream)))).to(stream.dtype)  # [B,T,d]
 
     def extra_repr(self) -> str:
         return f"index={self.index}, alpha={self.alpha:.6g}"

@@ -13,14 +13,13 @@ from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual
+from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, upcast
 from .modeling_hc import (
     READOUTS,
     HyperConnectionWiring,
     _is_number,
     full_precision,
     hyper_connection_update,
-    upcast,
 )
 
 
@@ -53,13 +52,13 @@ class MHCConfig(DepthBenchConfig):
     changes only the input dependence; the reference's static config also used τ = 0.05 and 10 iterations
     (``mhc_sinkhorn_temperature`` / ``mhc_sinkhorn_iters``), the defaults here are the paper's τ = 1 and 20.
 
-    The reference code has two mHC backends that disagree (reference §8 item 5); choices here: bias outside the
-    gain (paper Eq. 7, reference native backend), RMS eps 1e-6 (paper backend and DeepSeek-V4), ``"mean"``
-    readout (paper backend; the final RMSNorm makes it equal to the sum, and the head reads what
-    ``output_hidden_states`` reports) with ``"sum"`` / ``"sum_norm"`` available, and ``o_proj`` / ``down_proj``
-    init std divided by sqrt(n) (``mhc_scale_output_init``: the reference's init for its hyper-connection
-    models, which we read as covering mHC too). With Φ = 0 and α = 0 the maps are input-independent and, with
-    zero biases and the mean readout, the model's logits equal Pre-LN's with the same shared weights.
+    The reference code has two mHC backends that disagree (in RMS eps, bias placement, readout and weight-decay groups);
+    choices here: bias outside the gain (paper Eq. 7, reference native backend), RMS eps 1e-6 (paper backend and
+    DeepSeek-V4), ``"mean"`` readout (paper backend; the final RMSNorm makes it equal to the sum, and the head reads
+    what ``output_hidden_states`` reports) with ``"sum"`` / ``"sum_norm"`` available, and ``o_proj`` / ``down_proj``
+    init std divided by sqrt(n) (``mhc_scale_output_init``: the reference's init for its hyper-connection models,
+    which we read as covering mHC too). With Φ = 0 and α = 0 the maps are input-independent and, with zero biases
+    and the mean readout, the model's logits equal Pre-LN's with the same shared weights.
 
     Args:
         mhc_num_streams: Number of residual streams n (4).

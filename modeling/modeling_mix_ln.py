@@ -8,7 +8,7 @@ import math
 import torch
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring
+from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring, upcast
 
 
 class MixLNConfig(DepthBenchConfig):
@@ -52,7 +52,7 @@ class MixLNConfig(DepthBenchConfig):
 
 class MixLNResidual(Residual):
     """Identical to Pre-LN except in the first k blocks, where the norm moves behind the add: ``x <- N(x + F(x))``
-    (add and norm in fp32, cast back)."""
+    (add and norm in at least fp32, cast back)."""
 
     def __init__(self, config: MixLNConfig, index: int):
         super().__init__(config, index)
@@ -60,7 +60,7 @@ class MixLNResidual(Residual):
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         if self.post_ln:
-            return norm(stream.float() + branch(stream).float()).to(stream.dtype)  # [B,T,d]
+            return norm(upcast(stream) + upcast(branch(stream))).to(stream.dtype)  # [B,T,d]
         return stream + branch(norm(stream))
 
     def extra_repr(self) -> str:

@@ -31,6 +31,7 @@ from .modeling_depthbench import (
     Residual,
     Wiring,
     apply_rotary_pos_emb,
+    upcast,
 )
 
 
@@ -195,12 +196,12 @@ def moda_attention(
     g = h // hkv
     q = query.view(b, hkv, g, t, hd)
     mask = additive_mask(attention_mask, t, kv_len, query.device)  # [B|1, 1, T, T_kv]
-    scores = torch.matmul(q, key.unsqueeze(2).transpose(-1, -2)).float() * scaling + mask.unsqueeze(2)
+    scores = upcast(torch.matmul(q, key.unsqueeze(2).transpose(-1, -2))) * scaling + mask.unsqueeze(2)
     s = 0 if depth_keys is None else depth_keys.shape[3]
     if s:
-        depth_scores = torch.einsum("bkgtd,bktsd->bkgts", q, depth_keys).float() * scaling
+        depth_scores = upcast(torch.einsum("bkgtd,bktsd->bkgts", q, depth_keys)) * scaling
         scores = torch.cat([scores, depth_scores], dim=-1)  # [B, H_kv, G, T, T_kv + S]
-    weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
+    weights = F.softmax(scores, dim=-1, dtype=scores.dtype).to(value.dtype)
     if dropout:
         weights = F.dropout(weights, p=dropout, training=True)
     out = torch.matmul(weights[..., :kv_len], value.unsqueeze(2))  # [B, H_kv, G, T, hd]

@@ -7,7 +7,7 @@ Ships to the Hugging Face Hub as remote code (imports only torch, transformers a
 import torch
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring
+from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring, upcast
 
 
 class PostLNConfig(DepthBenchConfig):
@@ -33,11 +33,11 @@ class PostLNConfig(DepthBenchConfig):
 class PostLNResidual(Residual):
     """Identical to Pre-LN except that the norm moves behind the residual add: ``x <- N(x + F(x))``.
 
-    The add and the norm run in fp32 (the norm upcasts anyway) and the result is cast back to the stream dtype.
+    The add and the norm run in at least fp32 (the norm upcasts anyway) and the result is cast back to the stream dtype.
     """
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
-        return norm(stream.float() + branch(stream).float()).to(stream.dtype)  # [B,T,d]
+        return norm(upcast(stream) + upcast(branch(stream))).to(stream.dtype)  # [B,T,d]
 
 
 class PostLNWiring(Wiring):

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from depthbench.data import make_tiny_tokenizer, prepare_data
 from depthbench.registry import ARCHITECTURES
 
 ARCH_IDS: list[str] = list(ARCHITECTURES)
@@ -37,9 +38,6 @@ TINY: dict[str, Any] = {
 
 TOKENIZER_VOCAB = 128
 """Vocabulary of the tiny test tokenizer; must not exceed ``TINY["vocab_size"]``."""
-
-EOS_TOKEN = "<|endoftext|>"
-PAD_TOKEN = "<|pad|>"
 
 TOKENIZER_TEXTS: list[str] = [
     "the cat sat on the mat. the dog sat on the log.",
@@ -105,49 +103,18 @@ def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 # ------------------------------------------------------------------------------------------------ tiny tokenizer
-def _restricted_byte_level_bpe(texts: list[str], vocab_size: int, save_dir: str | os.PathLike | None):
-    """A byte-level BPE whose alphabet is only the bytes occurring in ``texts`` (fits vocabularies < 258)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    used = sorted({ch for text in texts for piece, _ in byte_level.pre_tokenize_str(text) for ch in piece})
-    if vocab_size < len(used) + 2:
-        raise ValueError(f"vocab_size={vocab_size} is smaller than the {len(used)} bytes used + 2 special tokens")
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, min_frequency=2, show_progress=False, special_tokens=[EOS_TOKEN, PAD_TOKEN],
-        initial_alphabet=used, limit_alphabet=len(used),
-    )
-    tok.train_from_iterator(iter(texts), trainer)
-    kwargs = {"name_or_path": str(save_dir)} if save_dir is not None else {}
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN, **kwargs)
-    if save_dir is not None:
-        fast.save_pretrained(str(save_dir))
-    return fast
-
-
 def make_tokenizer(
     save_dir: str | os.PathLike | None = None,
     texts: Iterable[str] = TOKENIZER_TEXTS,
     vocab_size: int = TOKENIZER_VOCAB,
 ):
-    """A deterministic byte-level BPE tokenizer with at most ``vocab_size`` tokens (EOS id 0, PAD id 1).
-
-    Uses ``depthbench.data.make_tiny_tokenizer`` when it accepts so small a vocabulary; it keeps the full 256-byte
-    alphabet (>= 258 tokens), which does not fit the 128-token test model, so the fallback restricts the alphabet
-    to the bytes of ``texts``. Text outside that alphabet is not encodable; the tests only encode such text.
+    """A deterministic byte-level BPE tokenizer with at most ``vocab_size`` tokens (EOS id 0, PAD id 1): the
+    package's ``depthbench.data.make_tiny_tokenizer`` with the alphabet restricted to the bytes of ``texts`` (the
+    full 256-byte alphabet does not fit the 128-token test model). Text outside that alphabet is not encodable; the
+    tests only encode such text.
     """
-    texts = list(texts)
-    try:
-        from depthbench.data import make_tiny_tokenizer
-
-        return make_tiny_tokenizer(texts, vocab_size=vocab_size, save_dir=None if save_dir is None else str(save_dir))
-    except (ImportError, ValueError):
-        return _restricted_byte_level_bpe(texts, vocab_size, save_dir)
+    return make_tiny_tokenizer(texts, vocab_size=vocab_size, save_dir=None if save_dir is None else str(save_dir),
+                               full_alphabet=False)
 
 
 def save_tiny_checkpoint(model, directory: str | os.PathLike, tokenizer=None) -> Path:
@@ -168,8 +135,6 @@ TINY_FIELDS = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 
 def make_train_data(path: Path, max_topics: int = 40) -> Path:
     """A small prepared corpus (train, eval, eval_synthetic splits) with a 300-token BPE tokenizer."""
     from pydoc_data.topics import topics
-
-    from depthbench.data import make_tiny_tokenizer, prepare_data
 
     paragraphs = [" ".join(p.split()) for t in list(topics.values())[:max_topics] for p in t.split("\n\n")]
     src = path.parent / f"{path.name}_src"

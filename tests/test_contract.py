@@ -381,6 +381,52 @@ def test_bf16_cast_forward_is_finite(arch_id):
     assert max_abs_diff(out.logits, reference) < 0.1  # bf16 is the same function, coarsely
 
 
+# ============================================================================================ 8b. float64
+@ARCH
+def test_float64_runs_in_float64(arch_id):
+    """"At least fp32" for the delicate math: a float64 model computes in float64 end to end (nothing is dropped to
+    fp32), agrees with its fp32 self, and keeps the cache and padding contracts at float64 precision."""
+    model = tiny_model(arch_id).double()
+    ids = random_ids(2, 12, seed=21)
+    with torch.no_grad():
+        out = model(input_ids=ids, use_cache=False, output_hidden_states=True)
+    assert out.logits.dtype == torch.float64  # (transformers' own loss function computes the loss in fp32)
+    assert all(h.dtype == torch.float64 for h in out.hidden_states)
+    assert torch.isfinite(out.logits).all()
+    assert max_abs_diff(out.logits, _logits(tiny_model(arch_id), ids)) < 1e-4  # the same function as in fp32
+
+    # A directional derivative of the loss: autograd vs central differences at step 1e-6. In float64 they agree to
+    # ~1e-8 relative; one fp32 round trip anywhere on the path makes the difference quotient noise (~1e-1).
+    def loss_of(embeds: torch.Tensor) -> torch.Tensor:
+        logits = model(inputs_embeds=embeds, use_cache=False).logits
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
+
+    embeds = model.get_input_embeddings()(ids).detach().requires_grad_(True)
+    (grad,) = torch.autograd.grad(loss_of(embeds), embeds)
+    direction = torch.randn(embeds.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(22))
+    eps = 1e-6
+    with torch.no_grad():
+        plus, minus = loss_of(embeds + eps * direction), loss_of(embeds - eps * direction)
+    numeric, analytic = float((plus - minus) / (2 * eps)), float((grad * direction).sum())
+    assert abs(numeric - analytic) <= 1e-6 * max(1.0, abs(analytic)), (numeric, analytic)
+
+    # the cache and padding contracts hold to float64 precision
+    cache = DynamicCache(config=model.config)
+    pieces = []
+    with torch.no_grad():
+        step = model(input_ids=ids[:, :5], cache=cache, use_cache=True)
+        pieces.append(step.logits)
+        for t in range(5, 12):
+            step = model(input_ids=ids[:, t:t + 1], cache=_cache_of(step), use_cache=True)
+            pieces.append(step.logits)
+    assert max_abs_diff(torch.cat(pieces, dim=1), out.logits) < 1e-10
+    rows = [ids[0], ids[1, :4]]
+    padded_ids, mask = left_pad(rows)
+    padded = _logits(model, padded_ids, attention_mask=mask, position_ids=positions_from_mask(mask))
+    assert padded.dtype == torch.float64
+    assert max_abs_diff(padded[1, -4:], _logits(model, rows[1][None])[0]) < 1e-10
+
+
 # ============================================================================================ 9. causality
 @ARCH
 def test_causality(arch_id):

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-import depthbench.data as data_mod
+import depthbench.data.prepare as data_mod
 from depthbench.data import (
     TokenShards,
     TokenWindows,

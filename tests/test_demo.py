@@ -60,8 +60,8 @@ def test_demo_spec_is_what_the_docs_say(tmp_path):
 
 def test_demo_compute_stays_inside_the_measured_time_budget():
     """6 N D over the nine runs (N without the input embedding). The recipe was sized on the project's 2-core CPU
-    box at ~30 GFLOP/s per core (see the module docstring); raising steps/batch/seq_len beyond this needs a new
-    measurement, not just a new number."""
+    box at ~30 GFLOP/s per core (see the README's benchmark section); raising steps/batch/seq_len beyond this needs
+    a new measurement, not just a new number."""
     spec = demo.demo_spec("unused")
     tokens = demo.DEMO_STEPS * demo.DEMO_BASE["train"]["global_batch_size"] * demo.DEMO_BASE["data"]["seq_len"]
     flops = 0
@@ -90,6 +90,21 @@ def test_preset_demo_refuses_flags_it_fixes(tmp_path, capsys):
     assert cli_main(["sweep", "--preset", "demo", "--set", "train.nope=1", "--out", str(tmp_path / "o")]) == 2
     assert "unknown config key 'train.nope'" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()  # refused before the corpus is built
+
+
+def test_demo_command_and_its_sweep_alias_take_the_same_arguments(tmp_path, capsys):
+    from depthbench import cli
+
+    assert cli._resolve_alias(["sweep", "--out", "x", "--preset=demo", "--steps", "2"]) == (
+        ["demo", "--out", "x", "--steps", "2"], ("sweep", "--preset", "demo"))
+    assert cli._resolve_alias(["sweep", "--preset", "demo"]) == (["demo"], ("sweep", "--preset", "demo"))
+    assert cli._resolve_alias(["sweep", "--archs", "hc", "--grid", "tiny"]) == (
+        ["sweep", "--archs", "hc", "--grid", "tiny"], None)
+    assert cli_main(["demo", "--steps", "0", "--out", str(tmp_path / "o")]) == 2
+    assert "depthbench demo: error: --steps 0 is not allowed" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # `depthbench demo` has no sweep flags at all
+        cli_main(["demo", "--grid", "tiny", "--out", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()
 
 
 def test_demo_command_end_to_end_on_a_small_corpus(small_corpus, tmp_path, capsys):

@@ -34,7 +34,8 @@ FAMILIES = ("pointer", "permutation", "arithmetic", "variables")
 FAMILY_TASKS = [f"depthbench_synthetic_mc_{f}" for f in FAMILIES]
 LOCAL_TASKS = ["depthbench_synthetic_mc", *FAMILY_TASKS]
 LOCAL_GROUPS = ["depthbench_bbh_reasoning", "depthbench_synthetic", "depthbench_zeroshot"]
-# The study's task sets (reference_depthbench.md §6.2), restated here so a YAML edit cannot silently drop one.
+# The study's task sets (zero-shot commonsense and the BBH reasoning subset), restated here so a YAML edit cannot
+# silently drop one.
 ZEROSHOT = ["openbookqa", "winogrande", "arc_challenge", "arc_easy", "hellaswag", "social_iqa", "piqa"]
 BBH = [
     f"bbh_zeroshot_{name}"

@@ -21,7 +21,8 @@ from depthbench.shapes import (
     shape_names,
 )
 
-# Every row of every table in reference_depthbench.md §2.3: (grid, L, d, f, head_dim, backbone M, total M).
+# Every row of every shape table of the study (its released model configurations):
+# (grid, L, d, f, head_dim, backbone M, total M).
 STUDY_TABLES = [
     # 400M fixed-total series
     ("400m", 16, 1216, 3248, 76, 284.3, 406.5), ("400m", 20, 1120, 2992, 70, 301.5, 414.1),

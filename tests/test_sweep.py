@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from depthbench import report as report_mod
 from depthbench import sweep as sweep_mod
 from depthbench.cli import main as cli_main
 from depthbench.config import load_run_config, parse_override
@@ -131,10 +132,10 @@ def test_report_md_and_plot(sweep_dir):
     rows = collect_results(str(sweep_dir))
     for arch in ARCHS:
         for metric in ("eval_synthetic", "eval_text", "eval_loss"):
-            pts = sweep_mod.best_points(rows, metric)[arch]
+            pts = report_mod.best_points(rows, metric)[arch]
             assert [p["num_layers"] for p in pts] == [2, 4]
             change = pts[1]["mean"] - pts[0]["mean"]
-            line = (f"| {arch} | {sweep_mod.metric_label(metric)} | L2, 16.0 | L4, 8.0 | {pts[0]['mean']:.4f} \u2192 "
+            line = (f"| {arch} | {report_mod.metric_label(metric)} | L2, 16.0 | L4, 8.0 | {pts[0]['mean']:.4f} \u2192 "
                     f"{pts[1]['mean']:.4f} | {change:+.4f} |")
             assert line in report, line
     assert "8 of 8 runs finished" in report
@@ -145,10 +146,10 @@ def test_report_md_and_plot(sweep_dir):
 
 def test_metric_order_and_labels():
     rows = [{"eval_text": 1.0, "eval_synthetic": 2.0, "eval_loss": 1.5}]
-    assert sweep_mod.result_metrics(rows) == ["eval_synthetic", "eval_text", "eval_loss"]
-    assert sweep_mod.result_metrics([{"eval_heldout": 1.0, "eval_loss": 1.0}]) == ["eval_loss"]
-    assert sweep_mod._split_column("eval") == "eval_heldout"
-    assert sweep_mod._split_column("eval_text") == "eval_text" and sweep_mod._split_column("val") == "eval_val"
+    assert report_mod.result_metrics(rows) == ["eval_synthetic", "eval_text", "eval_loss"]
+    assert report_mod.result_metrics([{"eval_heldout": 1.0, "eval_loss": 1.0}]) == ["eval_loss"]
+    assert report_mod._split_column("eval") == "eval_heldout"
+    assert report_mod._split_column("eval_text") == "eval_text" and report_mod._split_column("val") == "eval_val"
 
 
 # ================================================================================================ skip / resume

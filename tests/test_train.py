@@ -269,5 +269,5 @@ def test_cli_train_and_error_exit_code(data_dir, tmp_path, capsys):
     assert main(args) == 0
     assert json.loads((out / "summary.json").read_text())["status"] == "finished"
     assert "finished at step 2/2" in capsys.readouterr().err
-    assert main(args) == 1  # the folder now holds a run
+    assert main(args) == 2  # the folder now holds a run: a usage error (exit 2, as prepare-data and sweep)
     assert "--overwrite" in capsys.readouterr().err

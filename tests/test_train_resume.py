@@ -78,8 +78,8 @@ def test_resume_auto_and_refusals(data_dir, tmp_path):
         train(load_run_config(run_dict(data_dir, out), ["resume=true"]))
     summary = train(load_run_config(run_dict(data_dir, out), ["resume=auto", "train.stop_at_step=2"]))
     assert summary["steps"] == 2  # "auto" with nothing to resume starts fresh
-    with pytest.raises(RunConfigError, match="differs in optim"):
-        train(load_run_config(run_dict(data_dir, out), ["resume=true", "optim.lr=1e-3"]))
+    with pytest.raises(RunConfigError, match=r"differs in optim.weight_decay \(0.1 in the run, 0.2 now\): it is "):
+        train(load_run_config(run_dict(data_dir, out), ["resume=true", "optim.weight_decay=0.2"]))
     summary = train(load_run_config(run_dict(data_dir, out), ["resume=auto", "train.stop_at_step=3"]))
     assert summary["steps"] == 3 and sorted(losses(out)) == [1, 2, 3]
 

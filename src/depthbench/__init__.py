@@ -16,7 +16,7 @@ import sys
 
 __version__ = "0.1.0"
 
-__all__ = ["ARCHITECTURES", "build_config", "build_model", "get", "__version__"]
+__all__ = ["ARCHITECTURES", "build_config", "build_model", "from_released", "get", "__version__"]
 
 _REGISTRY_NAMES = {"ARCHITECTURES", "build_config", "build_model", "get"}
 _WATCHED = ("transformers", "depthbench")
@@ -28,6 +28,14 @@ def __getattr__(name: str):
 
         return getattr(registry, name)
     raise AttributeError(f"module 'depthbench' has no attribute {name!r}")
+
+
+def from_released(repo_id: str, step: int | None = None, **kwargs):
+    """A released model of the study (``aspect-ratio-scaling/NAME``, OLMo-core checkpoint) as a depthbench model,
+    converted once into the local cache; see :func:`depthbench.hub.convert.from_released`."""
+    from depthbench.hub.convert import from_released as _from_released
+
+    return _from_released(repo_id, step=step, **kwargs)
 
 
 # ================================================================================================ Auto registration

@@ -365,7 +365,7 @@ def _memory_worker(forking: bool) -> None:
     """
     import transformers.models.llama.modeling_llama  # noqa: F401  (import once here, not in every child)
 
-    import depthbench.registry  # noqa: F401
+    import depthbench.registry  # noqa: F401  (likewise: loaded once before the children fork)
     import depthbench.shapes  # noqa: F401
 
     out = sys.stdout

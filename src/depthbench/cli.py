@@ -29,13 +29,23 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "archs": ("depthbench.cli", "list the registered architectures"),
     "shapes": ("depthbench.shapes", "shape grids of the design rule with exact parameter counts"),
     "bench": ("depthbench.bench", "train-step time, decode speed and peak memory vs pre_ln and LlamaForCausalLM"),
-    "prepare-data": ("depthbench.data", "tokenize parquet/jsonl/txt files (or a Hub dataset) into token shards"),
+    "prepare-data": ("depthbench.data.prepare", "tokenize parquet/jsonl/txt files or a Hub dataset into token shards"),
     "train": ("depthbench.train", "pretrain a model (Accelerate: CPU, GPU, DDP, FSDP2)"),
     "sweep": ("depthbench.sweep", "train architectures x aspect ratios at a fixed parameter budget"),
-    "report": ("depthbench.sweep", "rebuild results.csv, the plot and report.md of a sweep folder"),
+    "report": ("depthbench.report", "rebuild results.csv, the plot and report.md of a sweep folder"),
+    "demo": ("depthbench.demo", "the offline CPU demo: a small real aspect-ratio sweep (< 10 min)"),
+    "publish": ("depthbench.hub.publish", "upload a run, a sweep or a converted model to the Hugging Face Hub"),
+    "convert": ("depthbench.hub.convert", "convert a released checkpoint of the study (OLMo-core) to depthbench"),
+    "export-llama": ("depthbench.hub.export_llama", "export a pre_ln checkpoint as a stock LlamaForCausalLM"),
     # (new commands: one line above this comment)
 }
 """Command name -> (module defining ``register_cli`` that adds it, one-line summary for ``depthbench --help``)."""
+
+ALIASES: dict[tuple[str, str, str], str] = {
+    ("sweep", "--preset", "demo"): "demo",  # the README's first command, from before `depthbench demo` existed
+}
+"""Old spellings kept working: ``depthbench <command> <flag> <value> ...`` runs ``depthbench <target> ...``. Flags
+of the old command that the target does not take are refused with a message naming them."""
 
 
 # ================================================================================================ archs
@@ -99,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     exit code 2; set ``DEPTHBENCH_TRACEBACK=1`` to see the traceback instead.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    argv, alias = _resolve_alias(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     try:
         parser = build_parser(command)
@@ -109,7 +120,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"depthbench: error: the command {command!r} is unavailable: its module {COMMANDS[command][0]} "
               f"failed to load:\n  {error}", file=sys.stderr)
         return 2
-    args = parser.parse_args(argv)
+    if alias:
+        args, unknown = parser.parse_known_args(argv)
+        flags = [a.split("=")[0] for a in unknown if a.startswith("-")]
+        if unknown:
+            command, flag, value = alias
+            dropped = ", ".join(flags or unknown)
+            print(f"depthbench {command} {flag} {value}: error: this is `depthbench {ALIASES[alias]}`, which does not "
+                  f"take {dropped}; drop {dropped} (or run depthbench {command} without {flag})", file=sys.stderr)
+            return 2
+    else:
+        args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 0 if not argv else 2
@@ -121,6 +142,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"depthbench {args.command}: error: {exc}", file=sys.stderr)
         return 2
     return 0 if code is None else int(code)
+
+
+def _resolve_alias(argv: list[str]) -> tuple[list[str], tuple[str, str, str] | None]:
+    """``argv`` with an :data:`ALIASES` spelling replaced by its target command, and the alias key (or ``None``)."""
+    if not argv:
+        return argv, None
+    for (command, flag, value), target in ALIASES.items():
+        if argv[0] != command:
+            continue
+        rest = argv[1:]
+        for i, arg in enumerate(rest):
+            if arg == f"{flag}={value}":
+                return [target, *rest[:i], *rest[i + 1:]], (command, flag, value)
+            if arg == flag and i + 1 < len(rest) and rest[i + 1] == value:
+                return [target, *rest[:i], *rest[i + 2:]], (command, flag, value)
+    return argv, None
 
 
 if __name__ == "__main__":

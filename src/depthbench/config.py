@@ -12,7 +12,10 @@ A run file is YAML or JSON with up to six sections, each mapping onto one datacl
 
 Command-line overrides use dotted keys with YAML-parsed values: ``train.max_steps=100``,
 ``optim.betas=[0.9,0.99]``, ``model.fields.hidden_size=64``, ``track.wandb=true``. Unknown keys are an error that
-names the key and lists the valid ones (a typo never silently does nothing).
+names the key and lists the valid ones (a typo never silently does nothing); keys of ``model.fields`` are checked
+against the architecture's config class when the model is built (``depthbench.train.build_model_config``).
+Numbers must be finite everywhere in the tree (``optim.lr=inf`` or a ``NaN`` inside ``model.fields`` is an
+error naming the key).
 
     >>> cfg = load_run_config({"model": {"arch": "pre_ln"}, "data": {"data_dir": "d"}}, ["train.max_steps=10"])
     >>> cfg.train.max_steps
@@ -24,7 +27,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
+import signal
 import types
 import typing
 from dataclasses import dataclass, field
@@ -67,11 +72,15 @@ class DataConfig:
     eval_sequences: int = 64  # windows per eval split (the first ones, unshuffled; split over ranks); 0: no eval
     eval_batches: int | None = None  # alternative to eval_sequences: eval_batches * train.micro_batch_size windows
     prefetch: int = 2  # micro-batches prepared ahead in a background thread
+    # shard content check against meta.json's sha256 (and token ids against the vocab) before training:
+    # "cached": hash shards not verified before (a cache keyed by path, size and mtime); "always": hash every
+    # shard (``depthbench train --verify-data``); "off": sizes only (out-of-vocab ids are still refused per batch)
+    verify: str | bool = "cached"  # YAML reads a bare off/on as false/true: taken as "off"/"always"
 
 
 @dataclass
 class OptimConfig:
-    """AdamW + linear warmup + cosine decay (the study's recipe, reference_depthbench.md §3.1)."""
+    """AdamW + linear warmup + cosine decay (the study's pretraining recipe)."""
 
     lr: float = 2e-3
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
@@ -101,6 +110,9 @@ class TrainConfig:
     layer_stats_every: int = 0  # steps between layer-statistics captures (0: off)
     profile: bool = False  # measure time outside forward/backward/optimizer (adds device syncs)
     progress: bool = True  # tqdm progress bar on the main process
+    # a signal that stops like SIGTERM/SIGINT (checkpoint on every rank, clean exit): the scheduler's pre-emption
+    # warning, e.g. Slurm's ``#SBATCH --signal=USR1@90``; null: only SIGTERM/SIGINT
+    preempt_signal: str | None = "SIGUSR1"
 
 
 @dataclass
@@ -119,8 +131,8 @@ class TrackConfig:
 
     tensorboard: bool = False
     wandb: bool = False
-    project: str = "depthbench"
-    run_name: str | None = None
+    project: str = "depthbench"  # the W&B project (TensorBoard: the folder under <output_dir>/tensorboard)
+    run_name: str | None = None  # the W&B run name; None: the output folder's name
     peak_flops: float | None = None  # per-device peak FLOP/s for MFU; None: a per-device default (GPUs only)
 
 
@@ -172,7 +184,25 @@ def _from_dict(cls: type, data: dict[str, Any], where: str) -> Any:
 
 def _coerce(value: Any, hint: Any, name: str) -> Any:
     """Check ``value`` against the field's type hint; numbers given as strings (YAML reads ``3e-3`` as a string)
-    are converted. Raises :class:`RunConfigError` naming the key on a mismatch."""
+    are converted; non-finite numbers are refused. Raises :class:`RunConfigError` naming the key on a mismatch."""
+    value = _coerce_type(value, hint, name)
+    _check_finite(value, name)
+    return value
+
+
+def _check_finite(value: Any, name: str) -> None:
+    """Refuse NaN / infinity anywhere in ``value`` (nested dicts and lists too), naming the key."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RunConfigError(f"{name}={value!r} is not allowed: numbers in the run config must be finite")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_finite(item, f"{name}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_finite(item, f"{name}[{i}]")
+
+
+def _coerce_type(value: Any, hint: Any, name: str) -> Any:
     options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
     if value is None:
         if type(None) in options:
@@ -314,3 +344,21 @@ def validate_run_config(cfg: RunConfig) -> None:
     check(cfg.resume in (True, False, "auto"), "resume", cfg.resume, 'true, false or "auto"')
     check(not (cfg.resume is True and cfg.overwrite), "overwrite", cfg.overwrite, "false when resume is true")
     check(isinstance(cfg.model.fields, dict), "model.fields", cfg.model.fields, "a mapping of config fields")
+    if isinstance(d.verify, bool):
+        d.verify = "always" if d.verify else "off"
+    check(d.verify in ("cached", "always", "off"), "data.verify", d.verify, "one of cached, always, off")
+    check(t.preempt_signal is None or signal_number(t.preempt_signal) is not None, "train.preempt_signal",
+          t.preempt_signal, "null or a signal name of this system such as SIGUSR1, SIGUSR2, SIGHUP")
+
+
+def signal_number(name: Any) -> int | None:
+    """The number of signal ``name`` ("SIGUSR1" or "USR1"); ``None`` if this system has no such signal (SIGKILL
+    and SIGSTOP cannot be caught and count as unknown)."""
+    if not isinstance(name, str):
+        return None
+    text = name.strip().upper()
+    text = text if text.startswith("SIG") else "SIG" + text
+    number = getattr(signal, text, None)
+    if not isinstance(number, signal.Signals) or text in ("SIGKILL", "SIGSTOP"):
+        return None
+    return int(number)

@@ -10,8 +10,8 @@ After a SUM all-reduce across ranks (sums of raw moments are exact to combine) t
     mean = S1 / n,   variance = max(S2 / n - mean^2, 0),   mean_abs = SA / n,   rms = sqrt(S2 / n)
 
 logged as ``layer_stats/block_03/forward/rms`` (and ``.../backward/...``). The reference logged a Frobenius "norm"
-``sqrt(S2)`` over every token of the step, which grows with batch size and world size (reference_depthbench.md
-§8.13); ``rms`` is its batch-size independent replacement.
+``sqrt(S2)`` over every token of the step, which grows with batch size and world size; ``rms`` is its batch-size
+independent replacement.
 
 What is observed:
 
@@ -29,7 +29,7 @@ same scale whatever the batch size, accumulation or world size.
 
 Hooks (a forward hook per block, a tensor hook per block output) exist only inside :meth:`LayerStats.capture`;
 outside it the model runs without any hook. Under activation checkpointing the block forward runs again during
-backward; those re-computations are not counted. Measured overhead: see ``train.py``'s module docstring.
+backward; those re-computations are not counted. Measured overhead: the README's benchmark section.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Model shapes: the study's width/depth design rule, its named grids and exact parameter tables.
 
-Every model in the study is a Llama-style decoder whose shape follows one rule (reference_depthbench.md §2.2):
+Every model in the study is a Llama-style decoder whose shape follows one rule (the study's design rule):
 ``H`` heads of an even width ``hd`` give ``d = H * hd``; the SwiGLU width is ``f = 8d/3`` rounded *up* to a
 multiple of 16; for each depth ``L`` the head width is the one whose parameter count lands closest to the budget.
 This module computes shapes from that rule instead of enumerating them, and names each one ``<grid>-L<depth>``::
@@ -14,13 +14,13 @@ This module computes shapes from that rule instead of enumerating them, and name
     >>> get_shape("400m-L24").config_fields()["hidden_size"]
     1024
 
-**How a grid fixes its budget (anchor rule).** A grid names a nominal budget (e.g. 400M total) and an *anchor*
-depth (the study's base shape, aspect ratio d/L ~ 43). The anchor gets the head width closest to the nominal budget;
-the exact count of that anchor shape is then the budget every other depth of the grid is matched to. This reproduces
-every table in reference_depthbench.md §2.3 row by row. Matching the nominal budget directly reproduces all rows but
-two: 400M-L20 (d=1120 gives 414.1M, +3.5 % of 400M, while d=1088 gives 394.2M, -1.5 %; the study used 1120, which
-is +2.1 % of the 405.4M base shape) and 200M-L12 (d=896 at 206.1M vs d=864 at 194.4M; the study used 896, which is
-+0.7 % of the 204.7M L18 anchor). No row needs a hand-written exception.
+**How a grid fixes its budget (anchor rule).** A grid names a nominal budget (e.g. 400M total) and an *anchor* depth
+(the study's base shape, aspect ratio d/L ~ 43). The anchor gets the head width closest to the nominal budget; the
+exact count of that anchor shape is then the budget every other depth of the grid is matched to. This reproduces
+every shape table of the study (its released model configurations) row by row. Matching the nominal budget directly
+reproduces all rows but two: 400M-L20 (d=1120 gives 414.1M, +3.5 % of 400M, while d=1088 gives 394.2M, -1.5 %; the
+study used 1120, which is +2.1 % of the 405.4M base shape) and 200M-L12 (d=896 at 206.1M vs d=864 at 194.4M; the
+study used 896, which is +0.7 % of the 204.7M L18 anchor). No row needs a hand-written exception.
 
 Parameter counts always come from the architecture's own config (``parameter_counts()``), so a table for ``hc`` or
 ``mhc`` includes their connector parameters; shapes themselves are chosen on the Pre-LN backbone, as in the study
@@ -112,11 +112,13 @@ class Shape:
             "head_dim": self.head_dim,
         }
 
-    def parameter_counts(self, arch: str = "pre_ln") -> dict[str, int]:
-        """Exact counts (``embedding``, ``backbone``, ``lm_head``, ``final_norm``, ``extra``, ``total``) of
-        architecture ``arch`` at this shape, from its config alone (no model is built)."""
-        if arch == "pre_ln":  # the plain backbone; avoids importing the registry for the rule's inner loop
+    def parameter_counts(self, arch: str | None = None) -> dict[str, int]:
+        """Exact counts (``embedding``, ``backbone``, ``lm_head``, ``final_norm``, ``extra``, ``total``) at this
+        shape, from a config alone (no model is built): of the shared backbone config the design rule counts
+        (``arch=None``, ``extra`` = 0), or of registered architecture ``arch``'s own config."""
+        if arch is None:
             return dict(_backbone_counts(**self.config_fields()))
+        # imported here: the registry loads torch and every architecture (import cost; the rule needs configs only)
         from depthbench.registry import build_config
 
         return build_config(arch, **self.config_fields()).parameter_counts()
@@ -267,7 +269,7 @@ _M = 1_000_000
 GRIDS: dict[str, Grid] = {
     g.name: g
     for g in (
-        # The study's grids (reference_depthbench.md §2.3). Anchors are each tier's base shape (d/L ~ 43).
+        # The study's grids (its shape tables). Anchors are each tier's base shape (d/L ~ 43).
         Grid("400m", 400 * _M, "total", (16, 20, 24, 26, 28, 30, 32, 36, 42, 50, 56, 62, 70), anchor=24,
              description="400M fixed-total series (main sweep L16-L32, deep L36-L70)"),
         Grid("300m-backbone", 300 * _M, "backbone", (16, 24, 32, 42, 56, 70, 84), anchor=24,
@@ -349,10 +351,10 @@ def param_table(
         _check(len(shapes) > 0 and all(isinstance(s, Shape) for s in shapes), "grid_or_shapes", grid_or_shapes,
                f"a grid name (one of {list(GRIDS)}) or a non-empty list of Shape")
     _check(count is None or count in COUNTS, "count", count, f"one of {list(COUNTS)}")
-    if arch != "pre_ln":
-        from depthbench.registry import get
+    # imported here: the registry loads torch and every architecture (import cost)
+    from depthbench.registry import get
 
-        get(arch)  # unknown ids raise, listing the valid ones
+    get(arch)  # unknown ids raise, listing the valid ones
     rows = []
     for shape in shapes:
         grid = GRIDS.get(shape.grid)
@@ -421,10 +423,10 @@ def _parse_depths(text: str) -> list[int]:
 
 # ================================================================================================ CLI
 def _cmd_shapes(args: argparse.Namespace) -> int:
-    if args.arch != "pre_ln":
-        from depthbench.registry import get
+    # imported here: the registry loads torch and every architecture (import cost)
+    from depthbench.registry import get
 
-        get(args.arch)
+    get(args.arch)  # unknown ids raise, listing the valid ones
     depths = _parse_depths(args.depths) if args.depths else None
     if args.budget is not None:
         _check(depths is not None, "--depths", None, "given with --budget (e.g. --depths 12,24)")

@@ -21,6 +21,11 @@ Python API (stable; the sweep runner builds on it)::
 A non-finite loss raises :class:`NonFiniteLossError` (the last good checkpoint is kept, summary status
 "diverged"); bad inputs raise ``ValueError`` subclasses whose messages name the file or key.
 
+Stop signals (SIGTERM, SIGINT, ``train.preempt_signal`` = SIGUSR1 by default) to any or all ranks: every rank
+finishes the current step, one checkpoint is written by all, status "stopped", exit 0. Resume continues from
+``checkpoints/latest`` (or the newest complete checkpoint when the pointer is missing), also with another number of
+processes or micro-batch size. What exactly is guaranteed: the README's "Safety and reliability" section.
+
 Run directory (``output_dir``)::
 
     run_config.json          {"config": RunConfig as dict, "resolved": world size, accumulation, steps, model config}
@@ -33,12 +38,13 @@ Run directory (``output_dir``)::
     summary.json             the dict returned by train()
     tensorboard/             with track.tensorboard=true
 
-Recipe (reference_depthbench.md §3.1): AdamW (0.9, 0.95), eps 1e-8, weight decay 0.1 except norm gains, biases and
-each architecture's ``no_decay`` parameters (static mixing, pseudo-queries; the reference decayed all of these
-except HC statics, see §8.3 -- ``optim.decay_norms_and_biases=true`` restores that), LR linear warmup over 10 % of
-the steps (step s of the warmup uses ``lr*(s+1)/warmup``) then cosine to ``0.1*lr`` at the last step, global-norm
-clip 1.0, mixed precision through ``Accelerator(mixed_precision="bf16")``: fp32 master weights + bf16 autocast
-(the reference's bf16-only weights, §8.2, are deliberately not reproduced). Gradient accumulation =
+Recipe (the study's pretraining recipe): AdamW (0.9, 0.95), eps 1e-8, weight decay 0.1 except norm gains, biases
+and each architecture's ``no_decay`` parameters (static mixing, pseudo-queries; the reference code decayed all of
+these except HC statics, which pulls zero-initialised pseudo-queries towards uniform mixing --
+``optim.decay_norms_and_biases=true`` restores that), LR linear warmup over 10 % of the steps (step s of the warmup
+uses ``lr*(s+1)/warmup``) then cosine to ``0.1*lr`` at the last step, global-norm clip 1.0, mixed precision through
+``Accelerator(mixed_precision="bf16")``: fp32 master weights + bf16 autocast (the reference code's bf16-only
+weights, updated by AdamW without an fp32 master copy, are deliberately not reproduced). Gradient accumulation =
 ``global_batch_size / (micro_batch_size * world_size)`` (must divide). The data order depends only on the seed and
 the global batch, so 1 process and N processes see the same sequences per optimizer step.
 
@@ -47,33 +53,43 @@ MFU = ``6 * N * tokens_per_s / (peak_flops * world_size)`` with N = parameters w
 the default is the dense bf16 peak of known GPUs (A100 312, H100/H200 989, B200 2250 TFLOP/s, ...); on CPU or an
 unknown device MFU is not reported unless ``track.peak_flops`` is given.
 
-Overhead (``train.profile=true`` / ``--profile``; summary["profile"]), measured on the project's shared 2-core CPU
-box (load ~11, 1 thread, d=64, L=4, seq 128, micro-batch 8, 30 steps): time outside forward/backward/optimizer
-1.3-1.7 % of the step with layer statistics off (pre_ln 0.48 s/step, hc 0.70-0.75 s/step), of which data wait
-0.5-1.2 % (the loader prefetches in a background thread); layer statistics on every step add 2-9 % to the step
-time (pre_ln 5-7 %, hc 2-9 %, noisy at this load) and nothing on steps without statistics (no hooks attached).
+Overhead (``train.profile=true`` / ``--profile``; summary["profile"]): the share of step time outside
+forward/backward/optimizer and the data wait (first step excluded); measured figures are in the README's benchmark
+section.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import math
 import os
-import shutil
 import signal
 import sys
 import threading
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
-from depthbench.config import RunConfig, RunConfigError, load_run_config
+from depthbench import atomic
+from depthbench.checkpoint import (  # noqa: F401 - IDENTITY_KEYS: re-exported, moved from here
+    IDENTITY_KEYS,
+    Checkpointer,
+    CheckpointError,
+    CheckpointWriteError,
+    TrainerState,
+    TrainingError,
+    agree,
+    prepare_output_dir,
+    truncate_metrics,
+)
+from depthbench.config import RunConfig, RunConfigError, load_run_config, signal_number
+from depthbench.data import TokenShards, TokenWindows, WindowLoader, verify_data
+from depthbench.layer_stats import LayerStats
+from depthbench.optim import param_groups as shared_param_groups
 
 #: Dense bf16 peak FLOP/s per device, matched by substring of ``torch.cuda.get_device_name()`` (first match wins).
 PEAK_FLOPS = (
@@ -82,39 +98,22 @@ PEAK_FLOPS = (
     ("A10G", 70e12), ("A10", 125e12), ("RTX 4090", 165e12), ("RTX 3090", 71e12), ("V100", 125e12),
 )
 
-#: Keys of the run config that define a run; resuming with a different value is refused.
-IDENTITY_KEYS = ("model", "data.data_dir", "data.seq_len", "optim", "train.global_batch_size", "train.seed")
-
-
-class TrainingError(RuntimeError):
-    """Training cannot continue (the message says why and what to do)."""
-
-
-class CheckpointError(TrainingError):
-    """A checkpoint is missing, incomplete or corrupt (the message names the file)."""
-
 
 class NonFiniteLossError(TrainingError):
     """The training loss became NaN/inf; the run stopped and kept its last good checkpoint."""
 
 
-@dataclass
-class TrainerState:
-    """What ``trainer_state.json`` stores besides accelerate's state (model, optimizer, scheduler, RNG)."""
-
-    step: int = 0
-    tokens: int = 0
-    loader: dict = field(default_factory=dict)
-    last_train_loss: float | None = None
-    last_eval: dict = field(default_factory=dict)
-    train_time_s: float = 0.0  # summed over sessions
-
-
 # ================================================================================================ the loop
 def train(cfg: RunConfig) -> dict:
     """Train ``cfg`` (resuming when ``cfg.resume``) and return the run summary (see the module docstring)."""
-    run = _Run(cfg)
-    stop = _StopFlag(run.accelerator)
+    stop = _StopFlag(cfg.train.preempt_signal)
+    with stop.installed():  # from the start: a stop signal during setup stops after the first step
+        run = _Run(cfg)
+        stop.acc = run.accelerator
+        return _loop(run, stop)
+
+
+def _loop(run: _Run, stop: _StopFlag) -> dict:
     state, cfg = run.state, run.cfg
     if state.step >= run.max_steps:  # resuming a run that already finished: keep its summary and export as they are
         previous = run.finished_summary()
@@ -122,7 +121,7 @@ def train(cfg: RunConfig) -> dict:
             return previous
     batches = run.loader.global_micro_batches()
     status, t_session, timings = "finished", time.perf_counter(), []
-    with stop.installed(), run.progress_bar() as bar:
+    with run.progress_bar() as bar:
         for step in range(state.step + 1, run.max_steps + 1):
             t0 = time.perf_counter()
             micro_batches = next(batches)
@@ -190,18 +189,23 @@ class _Run:
             project_config=ProjectConfiguration(project_dir=cfg.output_dir,
                                                 logging_dir=os.path.join(cfg.output_dir, "tensorboard")))
         self.main = acc.is_main_process
-        self.resume_from = _prepare_output_dir(cfg, acc)
+        self.start = prepare_output_dir(cfg, acc)
+        self.resume_from = self.start.checkpoint
 
         # ---- data
-        from depthbench.data import TokenShards, TokenWindows, WindowLoader
-
         self.shards = _open_split(cfg.data.data_dir, "train")
+        if not os.path.isdir(self.shards.tokenizer_dir):
+            raise RunConfigError(
+                f"the data folder {cfg.data.data_dir} has no tokenizer ({self.shards.tokenizer_dir} is missing): the "
+                "checkpoints' hf/ exports and final/ would have no tokenizer and could not be evaluated; copy the "
+                f"tokenizer used by prepare-data (meta.json: {self.shards.meta.get('tokenizer')!r}) there with "
+                "tokenizer.save_pretrained, or re-run depthbench prepare-data")
         self.windows = TokenWindows(self.shards, cfg.data.seq_len)
         self.loader = WindowLoader(self.windows, cfg.train.micro_batch_size, cfg.train.seed, rank=acc.process_index,
                                    world_size=world, grad_accum=self.accum, prefetch=cfg.data.prefetch)
         self.eval_sets = {}
         for split in _eval_splits(cfg, self.shards.meta):
-            windows = TokenWindows(TokenShards(cfg.data.data_dir, split), cfg.data.seq_len)
+            windows = TokenWindows(_open_split(cfg.data.data_dir, split, allow_empty=True), cfg.data.seq_len)
             if len(windows) == 0:
                 warnings.warn(f"eval split {split!r} has fewer than data.seq_len={cfg.data.seq_len} tokens; skipped",
                               stacklevel=2)
@@ -216,6 +220,8 @@ class _Run:
         # ---- model and optimizer
         set_seed(cfg.train.seed)
         self.arch_id, self.model_config = build_model_config(cfg, self.shards)
+        self.check_data()
+        # imported here: the registry loads torch, transformers and every architecture (import cost)
         from depthbench import registry
 
         model = registry.build_model(self.arch_id, config=self.model_config)
@@ -238,8 +244,6 @@ class _Run:
         acc.register_for_checkpointing(self.scheduler)  # stepped by us once per optimizer step (not per process)
         self.stats = None
         if cfg.train.layer_stats_every:
-            from depthbench.layer_stats import LayerStats
-
             self.stats = LayerStats(acc.unwrap_model(self.model),
                                     grad_scale=cfg.train.micro_batch_size * (cfg.data.seq_len - 1) * self.accum)
         self.peak_flops = cfg.track.peak_flops or _default_peak_flops(acc.device)
@@ -250,22 +254,79 @@ class _Run:
         self.state = TrainerState()
         if self.resume_from:
             self.state = self.checkpoints.load(self.resume_from)
+            # the restored micro-step counter belongs to the saved accumulation; a checkpoint is always taken at an
+            # optimizer-step boundary, so counting from 0 is right for any micro-batch size / world size
+            acc.step = 0
             self.loader.load_state_dict(self.state.loader)
+            self.apply_resume_changes()
         self.metrics_path = os.path.join(cfg.output_dir, "metrics.jsonl")
         if self.main:
-            _truncate_metrics(self.metrics_path, self.state.step)
-            _write_json(os.path.join(cfg.output_dir, "run_config.json"), self.run_config_record())
+            truncate_metrics(self.metrics_path, self.state.step)
+            atomic.write_json(os.path.join(cfg.output_dir, "run_config.json"), self.run_config_record())
         if trackers:
-            acc.init_trackers(cfg.track.run_name or os.path.basename(os.path.abspath(cfg.output_dir)),
-                              config=_flat_hparams(cfg.to_dict()),
-                              init_kwargs={"wandb": {"name": cfg.track.run_name}} if cfg.track.wandb else {})
+            run_name = cfg.track.run_name or os.path.basename(os.path.abspath(cfg.output_dir))
+            acc.init_trackers(cfg.track.project, config=_flat_hparams(cfg.to_dict()),
+                              init_kwargs={"wandb": {"name": run_name}} if cfg.track.wandb else {})
         acc.wait_for_everyone()
+
+    def check_data(self) -> None:
+        """Verify the shards' content against meta.json (``data.verify``; on the main process, every rank stops on
+        a failure) and refuse token ids outside the model's vocabulary (also per batch, naming shard and offset)."""
+        cfg, acc = self.cfg, self.accelerator
+        vocab = self.model_config.vocab_size
+        for shards in [self.shards, *(w.shards for w in self.eval_sets.values())]:
+            shards.vocab_limit = vocab
+        error = None
+        if self.main and cfg.data.verify != "off":
+            try:
+                verify_data(cfg.data.data_dir, ["train", *self.eval_sets], force=cfg.data.verify == "always",
+                            vocab_size=vocab, progress=cfg.train.progress)
+            except (ValueError, OSError) as exc:
+                error = exc
+        agree(acc, error)
+
+    def apply_resume_changes(self) -> None:
+        """Apply what may change on resume (a new ``optim.lr`` rescales the schedule's base LRs; a new
+        ``train.max_steps`` recomputes the LR of the current step) and say what changes."""
+        changes = self.start.changes
+        old_max = (self.start.resolved or {}).get("max_steps")
+        lr_changed = "optim.lr" in changes
+        if lr_changed:
+            ratio = self.cfg.optim.lr / changes["optim.lr"][0]
+            self.scheduler.base_lrs = [b * ratio for b in self.scheduler.base_lrs]
+            for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
+                group["initial_lr"] = base
+        if lr_changed or (old_max is not None and old_max != self.max_steps):
+            factor = self.scheduler.lr_lambdas[0](self.scheduler.last_epoch)
+            for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
+                group["lr"] = base * factor
+            self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+        if not self.main:
+            return
+        say = lambda msg: print(f"depthbench train: {msg}", file=sys.stderr)  # noqa: E731
+        if changes:
+            listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
+            say(f"resuming at step {self.state.step} with changed settings: {listed} (recorded in run_config.json "
+                "history)")
+        if old_max is not None and old_max != self.max_steps:
+            old_warmup = (self.start.resolved or {}).get("warmup_steps")
+            say(f"the run length changes from {old_max} to {self.max_steps} steps: the LR schedule changes from step "
+                f"{self.state.step + 1} on (warmup {old_warmup} -> {self.warmup} steps, cosine decay now ends at step "
+                f"{self.max_steps}); the result equals neither a {old_max}- nor a {self.max_steps}-step run")
 
     def run_config_record(self) -> dict:
         import transformers
 
+        history = list(self.start.history)
+        if self.resume_from:
+            history.append({"resumed_at_step": self.state.step, "checkpoint": os.path.basename(self.resume_from),
+                            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                            "world_size": self.accelerator.num_processes, "changes": self.start.changes})
+        config = self.cfg.to_dict()
+        config["data"]["data_dir"] = os.path.abspath(config["data"]["data_dir"])  # a later resume may use another cwd
         return {
-            "config": self.cfg.to_dict(),
+            "history": history,
+            "config": config,
             "resolved": {
                 "arch": self.arch_id, "world_size": self.accelerator.num_processes,
                 "grad_accum_steps": self.accum, "max_steps": self.max_steps, "warmup_steps": self.warmup,
@@ -326,7 +387,7 @@ class _Run:
     def log(self, row: dict, step: int) -> None:
         if self.main:
             with open(self.metrics_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps({"step": step, **row}) + "\n")
+                f.write(json.dumps(atomic.json_safe({"step": step, **row})) + "\n")
         if self.accelerator.trackers:
             self.accelerator.log(row, step=step)
 
@@ -382,10 +443,11 @@ class _Run:
         where = f"the last good checkpoint is {latest}" if latest else "no checkpoint was written before it"
         summary = self.summary("diverged", time.perf_counter() - self.t_start, [], None)
         if self.main:
-            _write_json(os.path.join(self.cfg.output_dir, "summary.json"), summary)
+            atomic.write_json(os.path.join(self.cfg.output_dir, "summary.json"), summary)
         raise NonFiniteLossError(
-            f"non-finite training loss ({loss}) at step {step}: stopping; {where}. Lower optim.lr, check the data, "
-            f"or resume from the checkpoint with different settings.")
+            f"non-finite training loss ({loss}) at step {step}: stopping; {where}. Check the data, or continue from "
+            f"the checkpoint with a lower learning rate: depthbench train -c "
+            f"{os.path.join(self.cfg.output_dir, 'run_config.json')} --resume optim.lr=<lower>")
 
     # ------------------------------------------------------------------------------------------------ finish
     def finished_summary(self) -> dict | None:
@@ -415,7 +477,7 @@ class _Run:
         if signal_name:
             summary["stopped_by"] = signal_name
         if self.main:
-            _write_json(os.path.join(self.cfg.output_dir, "summary.json"), summary)
+            atomic.write_json(os.path.join(self.cfg.output_dir, "summary.json"), summary)
         for tracker in acc.trackers:  # not acc.end_training(): it destroys the process group (train() may run again)
             tracker.finish()
         acc.wait_for_everyone()
@@ -460,7 +522,9 @@ def build_model_config(cfg: RunConfig, shards) -> tuple[str, Any]:
         ValueError: Unknown architecture/shape, the tokenizer's vocabulary exceeds the model's, or
             ``data.seq_len`` exceeds the model's ``max_position_embeddings``.
     """
+    # imported here: the registry and the shapes load transformers and every architecture (import cost)
     from depthbench import registry
+    from depthbench.shapes import get_shape
 
     m = cfg.model
     fields: dict[str, Any] = {}
@@ -481,15 +545,11 @@ def build_model_config(cfg: RunConfig, shards) -> tuple[str, Any]:
                                      f"architecture; set model.arch (one of {', '.join(registry.arch_ids())})")
             arch = matches[0]
     elif m.shape:
-        try:
-            from depthbench.shapes import get_shape
-        except ImportError as exc:
-            raise RunConfigError("model.shape needs depthbench.shapes, which is not available; use model.fields "
-                                 "or model.config_path") from exc
         fields = dict(get_shape(m.shape).config_fields())
     if arch is None:
         raise RunConfigError("model.arch is required unless model.config_path names a depthbench config")
     registry.get(arch)
+    _check_field_names(registry.get(arch).config_class, m.fields)
     fields.update(m.fields)
     data_vocab = shards.vocab_size
     vocab = m.vocab_size or fields.get("vocab_size") or data_vocab
@@ -511,13 +571,31 @@ def build_model_config(cfg: RunConfig, shards) -> tuple[str, Any]:
     return arch, config
 
 
+def _check_field_names(config_class, fields: dict) -> None:
+    """Refuse ``model.fields`` keys the architecture's config class does not know (a typo would otherwise be
+    stored as an unused attribute and the default size trained)."""
+    import difflib
+    import inspect
+
+    known: set[str] = set()
+    for klass in config_class.__mro__:
+        if "__init__" in vars(klass):
+            known |= {name for name, p in inspect.signature(klass.__init__).parameters.items()
+                      if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and name != "self"}
+    known |= set(config_class().to_dict())
+    for key in fields:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=3)
+            hint = f"did you mean {', '.join(close)}? " if close else ""
+            raise RunConfigError(f"unknown config key 'model.fields.{key}': {config_class.__name__} has no field "
+                                 f"{key!r}; {hint}valid fields: {', '.join(sorted(known))}")
+
+
 def param_groups(model: torch.nn.Module, optim) -> list[dict]:
     """AdamW parameter groups from ``depthbench.optim.param_groups`` (no decay on ``model.no_weight_decay_names()``:
     norm gains, biases, static mixing, pseudo-queries; per-architecture LR/eps rules). With
     ``optim.decay_norms_and_biases`` the no-decay groups get the base weight decay too (the reference's recipe).
     """
-    from depthbench.optim import param_groups as shared_param_groups
-
     groups = shared_param_groups(model, lr=optim.lr, weight_decay=optim.weight_decay, eps=optim.eps,
                                  betas=tuple(optim.betas))
     if optim.decay_norms_and_biases:
@@ -568,16 +646,14 @@ def _default_peak_flops(device: torch.device) -> float | None:
     return next((flops for key, flops in PEAK_FLOPS if key in name), None)
 
 
-def _open_split(data_dir: str, split: str):
-    from depthbench.data import TokenShards
-
+def _open_split(data_dir: str, split: str, allow_empty: bool = False):
     if not os.path.isdir(data_dir):
         raise RunConfigError(f"data.data_dir={data_dir!r} does not exist (prepare it with `depthbench prepare-data`)")
     try:
         shards = TokenShards(data_dir, split)
     except KeyError as exc:
         raise RunConfigError(f"{data_dir} has no {split!r} split: {exc}") from exc
-    if shards.num_tokens == 0:
+    if shards.num_tokens == 0 and not allow_empty:
         raise RunConfigError(f"the {split!r} split of {data_dir} is empty (0 tokens)")
     return shards
 
@@ -605,241 +681,39 @@ def _flat_hparams(tree: dict, prefix: str = "") -> dict:
     return out
 
 
-def _dotted(tree: dict, key: str) -> Any:
-    for part in key.split("."):
-        tree = tree.get(part, {}) if isinstance(tree, dict) else {}
-    return tree
-
-
-def _prepare_output_dir(cfg: RunConfig, acc) -> str | None:
-    """Decide between a fresh start and a resume; refuse to mix runs. Returns the checkpoint to resume or None."""
-    out = cfg.output_dir
-    record_path = os.path.join(out, "run_config.json")
-    ckpt_root = os.path.join(out, "checkpoints")
-    has_run = os.path.exists(record_path) or os.path.isdir(ckpt_root)
-    latest = Checkpointer.read_latest(ckpt_root)
-    if cfg.resume and has_run and os.path.exists(record_path):
-        with open(record_path, encoding="utf-8") as f:
-            previous = json.load(f).get("config", {})
-        current = cfg.to_dict()
-        diff = [k for k in IDENTITY_KEYS if _dotted(previous, k) != _dotted(current, k)]
-        if diff:
-            raise RunConfigError(f"cannot resume {out}: the run there differs in {', '.join(diff)}; use another "
-                                 "output_dir or --overwrite")
-    if cfg.resume is True and latest is None:
-        raise CheckpointError(f"--resume: no checkpoint to resume in {ckpt_root} (no 'latest' pointer)")
-    if has_run and not cfg.resume and not cfg.overwrite:
-        raise RunConfigError(f"output_dir {out} already holds a run (run_config.json / checkpoints/); pass --resume "
-                             "to continue it or --overwrite to start over")
-    acc.wait_for_everyone()
-    if acc.is_main_process:
-        os.makedirs(out, exist_ok=True)
-        if cfg.overwrite and not cfg.resume:
-            for name in ("checkpoints", "final", "final.tmp", "tensorboard"):
-                shutil.rmtree(os.path.join(out, name), ignore_errors=True)
-            for name in ("metrics.jsonl", "summary.json", "run_config.json"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(os.path.join(out, name))
-    acc.wait_for_everyone()
-    return latest if cfg.resume else None
-
-
-def _truncate_metrics(path: str, step: int) -> None:
-    """Drop metric rows logged after ``step`` (a resumed run re-logs them)."""
-    if not os.path.exists(path):
-        return
-    with open(path, encoding="utf-8") as f:
-        rows = [line for line in f if line.strip()]
-    keep = []
-    for line in rows:
-        try:
-            if json.loads(line).get("step", 0) <= step:
-                keep.append(line)
-        except json.JSONDecodeError:  # a line cut by a crash
-            continue
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.writelines(keep)
-    os.replace(path + ".tmp", path)
-
-
-def _fsync_dir(path: str) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _write_json(path: str, obj: Any) -> None:
-    """Write ``obj`` as JSON atomically (temporary file, fsync, rename)."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(os.path.abspath(path)))
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-# ================================================================================================ checkpoints
-class Checkpointer:
-    """Atomic checkpoints under ``root``: ``ckpt-XXXXXX/`` + a ``latest`` pointer file.
-
-    A checkpoint is written into ``ckpt-XXXXXX.tmp``, every file is fsynced, ``trainer_state.json`` (with a manifest
-    of every file's size and sha256) is written last, then the folder is renamed and ``latest`` is replaced
-    atomically. A crash at any point leaves ``latest`` on the previous complete checkpoint; stale ``.tmp`` folders
-    are removed by the next save. Only the newest ``keep_last`` checkpoints are kept.
-    """
-
-    def __init__(self, root: str, accelerator, keep_last: int = 2, hash_files: bool = True):
-        self.root, self.acc, self.keep_last, self.hash_files = root, accelerator, keep_last, hash_files
-
-    @staticmethod
-    def read_latest(root: str) -> str | None:
-        pointer = os.path.join(root, "latest")
-        if not os.path.exists(pointer):
-            return None
-        with open(pointer, encoding="utf-8") as f:
-            name = f.read().strip()
-        path = os.path.join(root, name)
-        if not name or not os.path.isdir(path):
-            raise CheckpointError(f"checkpoint pointer {pointer} names {name!r}, which does not exist")
-        return path
-
-    def latest_path(self) -> str | None:
-        return self.read_latest(self.root)
-
-    def save(self, state: TrainerState, model, tokenizer_dir: str | None, hf_export: bool = True) -> str:
-        acc = self.acc
-        name = f"ckpt-{state.step:06d}"
-        final, tmp = os.path.join(self.root, name), os.path.join(self.root, name + ".tmp")
-        if acc.is_main_process:
-            os.makedirs(self.root, exist_ok=True)
-            for stale in os.listdir(self.root):
-                if stale.endswith(".tmp"):
-                    shutil.rmtree(os.path.join(self.root, stale), ignore_errors=True)
-            os.makedirs(tmp)
-        acc.wait_for_everyone()
-        acc.save_state(os.path.join(tmp, "state"))
-        if hf_export:
-            self._save_hf(os.path.join(tmp, "hf"), model, tokenizer_dir)
-        acc.wait_for_everyone()
-        if acc.is_main_process:
-            manifest = {}
-            for dirpath, _, files in os.walk(tmp):
-                for file in files:
-                    path = os.path.join(dirpath, file)
-                    with open(path, "rb+") as f:
-                        os.fsync(f.fileno())
-                    entry = {"bytes": os.path.getsize(path)}
-                    if self.hash_files:
-                        entry["sha256"] = _sha256(path)
-                    manifest[os.path.relpath(path, tmp)] = entry
-                _fsync_dir(dirpath)
-            _write_json(os.path.join(tmp, "trainer_state.json"), {**asdict(state), "manifest": manifest})
-            if os.path.exists(final):  # re-saving the same step (e.g. stopped right after a resume)
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            _fsync_dir(self.root)
-            with open(os.path.join(self.root, "latest.tmp"), "w", encoding="utf-8") as f:
-                f.write(name)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(os.path.join(self.root, "latest.tmp"), os.path.join(self.root, "latest"))
-            _fsync_dir(self.root)
-            self._prune(keep=name)
-        acc.wait_for_everyone()
-        return final
-
-    def _prune(self, keep: str) -> None:
-        names = sorted(n for n in os.listdir(self.root) if n.startswith("ckpt-") and not n.endswith(".tmp"))
-        for old in names[:-self.keep_last]:
-            if old != keep:
-                shutil.rmtree(os.path.join(self.root, old), ignore_errors=True)
-
-    def _save_hf(self, path: str, model, tokenizer_dir: str | None) -> None:
-        acc = self.acc
-        state_dict = acc.get_state_dict(model)  # collective under FSDP: every rank calls it
-        if acc.is_main_process:
-            from transformers.utils import logging as hf_logging
-
-            unwrapped = acc.unwrap_model(model)
-            hf_logging.disable_progress_bar()
-            try:
-                unwrapped.save_pretrained(path, state_dict=state_dict, safe_serialization=True)
-            finally:
-                hf_logging.enable_progress_bar()
-            if tokenizer_dir and os.path.isdir(tokenizer_dir):
-                for file in os.listdir(tokenizer_dir):
-                    src = os.path.join(tokenizer_dir, file)
-                    if os.path.isfile(src):
-                        shutil.copy2(src, os.path.join(path, file))
-
-    def export_hf(self, path: str, model, tokenizer_dir: str | None) -> None:
-        """Atomic HF export (``path.tmp`` then rename) of the model + tokenizer."""
-        tmp = path + ".tmp"
-        if self.acc.is_main_process:
-            shutil.rmtree(tmp, ignore_errors=True)
-        self.acc.wait_for_everyone()
-        self._save_hf(tmp, model, tokenizer_dir)
-        if self.acc.is_main_process:
-            shutil.rmtree(path, ignore_errors=True)
-            os.replace(tmp, path)
-        self.acc.wait_for_everyone()
-
-    def load(self, path: str) -> TrainerState:
-        """Verify ``path`` against its manifest and load it into the accelerator; returns the trainer state."""
-        state_file = os.path.join(path, "trainer_state.json")
-        try:
-            with open(state_file, encoding="utf-8") as f:
-                record = json.load(f)
-        except (OSError, json.JSONDecodeError) as exc:
-            raise CheckpointError(
-                f"checkpoint {path} is incomplete or corrupt: cannot read {state_file}: {exc}") from exc
-        for rel, entry in record.pop("manifest", {}).items():
-            file = os.path.join(path, rel)
-            if not os.path.isfile(file):
-                raise CheckpointError(f"checkpoint {path} is incomplete: {file} is missing")
-            if os.path.getsize(file) != entry["bytes"]:
-                raise CheckpointError(f"checkpoint file {file} is corrupt: {os.path.getsize(file)} bytes, the "
-                                      f"manifest in {state_file} says {entry['bytes']}")
-            if "sha256" in entry and _sha256(file) != entry["sha256"]:
-                raise CheckpointError(f"checkpoint file {file} is corrupt: sha256 differs from {state_file}")
-        try:
-            self.acc.load_state(os.path.join(path, "state"))
-        except Exception as exc:  # noqa: BLE001 - re-raised with the checkpoint named
-            raise CheckpointError(f"cannot load checkpoint {path}/state: {type(exc).__name__}: {exc}") from exc
-        known = {f for f in TrainerState.__dataclass_fields__}
-        return TrainerState(**{k: v for k, v in record.items() if k in known})
-
-
 # ================================================================================================ signals
 class _StopFlag:
-    """SIGTERM/SIGINT set a flag; the loop checkpoints and stops after the current step (all ranks agree)."""
+    """Stop signals (SIGTERM, SIGINT and ``train.preempt_signal``) set a flag; the loop checkpoints and stops after
+    the current step, on all ranks together (the flag is summed over ranks every step, so a signal to any one rank
+    stops them all at the same step and every rank takes part in the one checkpoint).
 
-    def __init__(self, accelerator):
-        self.acc = accelerator
+    The handler stays installed until training ends: further copies of a stop signal (a scheduler signals every
+    process of the job and ``torchrun`` forwards another copy to its workers) are counted and ignored, so nothing
+    interrupts the checkpoint. Only SIGKILL ends the process before it.
+    """
+
+    def __init__(self, preempt_signal: str | None = None):
+        self.acc = None
         self.signal_name: str | None = None
+        self.received = 0
+        self.signals = [signal.SIGTERM, signal.SIGINT]
+        extra = signal_number(preempt_signal) if preempt_signal else None
+        if extra is not None and extra not in self.signals:
+            self.signals.append(signal.Signals(extra))
 
     @contextlib.contextmanager
     def installed(self):
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
-        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        previous = {s: signal.getsignal(s) for s in self.signals}
 
         def handler(signum, frame):
-            self.signal_name = signal.Signals(signum).name
-            signal.signal(signum, previous[signum])  # a second signal acts as usual (e.g. KeyboardInterrupt)
+            self.received += 1
+            if self.signal_name is None:
+                self.signal_name = signal.Signals(signum).name
+                print(f"depthbench train: {self.signal_name} received: checkpointing after the current step, then "
+                      "exiting (further stop signals are ignored until then)", file=sys.stderr, flush=True)
 
         for s in previous:
             signal.signal(s, handler)
@@ -851,7 +725,7 @@ class _StopFlag:
 
     def requested(self) -> bool:
         flag = self.signal_name is not None
-        if self.acc.num_processes > 1:
+        if self.acc is not None and self.acc.num_processes > 1:
             t = torch.tensor([1.0 if flag else 0.0], device=self.acc.device)
             flag = bool(self.acc.reduce(t, reduction="sum").item() > 0)
             if flag and self.signal_name is None:
@@ -872,6 +746,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="start over in an --output that holds a run")
     parser.add_argument("--layer-stats-every", type=int, help="log per-block statistics every N steps")
     parser.add_argument("--profile", action="store_true", help="report the share of step time outside the model")
+    parser.add_argument("--verify-data", action="store_true",
+                        help="hash every data shard against meta.json before training, ignoring the cache "
+                             "(data.verify=always)")
+    parser.add_argument("--preempt-signal", metavar="SIGNAL",
+                        help="extra stop signal, e.g. SIGUSR1 for Slurm's --signal=USR1@90 (train.preempt_signal; "
+                             "default SIGUSR1; 'none' to disable)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="dotted overrides, e.g. train.max_steps=100 optim.lr=1e-3")
 
@@ -891,16 +771,35 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         flags.append("overwrite=true")
     if args.profile:
         flags.append("train.profile=true")
+    if getattr(args, "verify_data", False):
+        flags.append("data.verify=always")
+    if getattr(args, "preempt_signal", None) is not None:
+        value = None if args.preempt_signal.lower() in ("none", "null", "") else args.preempt_signal
+        flags.append(f"train.preempt_signal={json.dumps(value)}")
     return load_run_config(args.config, flags + list(args.overrides))
 
 
+#: Exit codes of ``depthbench train`` / ``prepare-data`` / ``sweep`` (one convention, see the README).
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def exit_code(exc: BaseException) -> int:
+    """2 for bad usage or input (config, data, a corrupt checkpoint, an unwritable output folder), 1 for a run that
+    failed while training (non-finite loss, disk full while checkpointing, other I/O errors)."""
+    if isinstance(exc, (CheckpointError, FileNotFoundError)) or (
+            isinstance(exc, ValueError) and not isinstance(exc, TrainingError)):
+        return EXIT_USAGE
+    return EXIT_FAILED
+
+
 def run_cli(args: argparse.Namespace) -> int:
-    """Entry point of ``depthbench train``; returns the process exit code."""
+    """Entry point of ``depthbench train``; returns the process exit code (0 also when stopped by a signal after
+    checkpointing; 1 when the run failed; 2 for bad usage or input)."""
     try:
         summary = train(config_from_args(args))
-    except (RunConfigError, TrainingError, FileNotFoundError, ValueError) as exc:
+    except (RunConfigError, TrainingError, ValueError, OSError) as exc:
         print(f"depthbench train: error: {exc}", file=sys.stderr)
-        return 1
+        return exit_code(exc)
     finally:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()

@@ -1,7 +1,8 @@
 """Full and Block Attention Residuals (``attnres``, ``block_attnres``): the depth-mixing math, the bank/partial
 recursion, init, Pre-LN equivalence, config resolution, analysis hooks and parameter bookkeeping.
 
-Oracles from reference_architectures.md §9 and reference_depthbench.md §1.12 / §5.1. Run with::
+Oracles from the Attention Residuals paper (arXiv 2603.15031) and the DepthBench study's bank/partial recursion and
+analysis states (arXiv 2609.32534). Run with::
 
     python -m pytest tests/residuals/test_attnres.py -q
 """

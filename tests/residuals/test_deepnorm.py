@@ -21,7 +21,7 @@ from norm_placement_helpers import (
 
 from depthbench.registry import build_config
 
-# N (blocks) -> (alpha, beta), reference_architectures.md section 3.
+# N (blocks) -> (alpha, beta) = ((2N)^(1/4), (8N)^(-1/4)), the decoder-only constants of DeepNet (arXiv 2203.00555).
 TABLE = {6: (1.8612, 0.3799), 12: (2.2134, 0.3195), 24: (2.6321, 0.2686), 32: (2.8284, 0.2500), 48: (3.1302, 0.2259)}
 TRUNC_STD = 0.98658  # std of a normal truncated at +-3 std, relative to the untruncated std
 

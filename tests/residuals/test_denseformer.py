@@ -1,7 +1,7 @@
 """DenseFormer (``denseformer``): depth-weighted averaging after each block, identity init, dilation/period masks,
 parameter count, init/loading, analysis hooks.
 
-Oracles from reference_architectures.md §10. Run with::
+Oracles from the DenseFormer paper (arXiv 2402.02622). Run with::
 
     python -m pytest tests/residuals/test_denseformer.py -q
 """

@@ -1,4 +1,5 @@
-"""Math tests for Hyper-Connections (``hc``): the oracles of reference_architectures.md §7 plus HC-specific plumbing.
+"""Math tests for Hyper-Connections (``hc``): the oracles of the HC paper (arXiv 2409.19606) plus HC-specific
+plumbing.
 
 Run: ``python -m pytest tests/residuals/test_hc.py -q``
 """

@@ -1,4 +1,4 @@
-"""Math tests for manifold-constrained Hyper-Connections (``mhc``): the oracles of reference_architectures.md §8.
+"""Math tests for manifold-constrained Hyper-Connections (``mhc``): the oracles of the mHC paper (arXiv 2512.24880).
 
 Run: ``python -m pytest tests/residuals/test_mhc.py -q``
 """

@@ -1,45 +1,7 @@
-"""Token shards and training windows: the depthbench data pipeline.
-
-This module turns raw text into the binary token format the trainer reads, and serves fixed-length
-training windows from it.  It mirrors the reference pipeline (FineWeb-Edu parquet shards, one held-out
-shard as the eval split, each document ending in exactly one EOS, raw little-endian ``uint16`` token
-files, OLMo-style fixed-sequence-length windows over the concatenated stream, shuffled by seed).
-
-Pieces:
-
-* :func:`prepare_data` tokenizes parquet / jsonl / json / txt files (or a streamed Hugging Face
-  dataset) into shards under ``output_dir`` and writes ``meta.json``; it is parallel, resumable and
-  deterministic (the output does not depend on ``num_workers``).
-* :class:`TokenShards` memory-maps one prepared split and reads any range of the concatenated stream.
-* :class:`TokenWindows` is a ``torch`` dataset of consecutive non-overlapping ``seq_len`` windows.
-* :class:`WindowLoader` is the deterministic, exactly resumable, rank-aware micro-batch iterator that the
-  trainer uses.
-* :func:`make_tiny_tokenizer` trains a small byte-level BPE for tests and the offline demo.
-
-On-disk format (``FORMAT_VERSION`` 1)::
-
-    output_dir/
-      meta.json                      # see below
-      tokenizer/                     # tokenizer.save_pretrained(...)
-      train/shard_00000.bin          # raw little-endian token ids, no header
-      train/shard_00000.done.json    # completion record of that shard (used for resuming)
-      eval/shard_00000.bin ...       # only when an eval split was requested
-      <extra split>/shard_00000.bin  # extra named splits (``extra_splits``)
-
-Token ids are stored as ``uint16`` when ``len(tokenizer) <= 65536`` and as ``uint32`` otherwise.
-Documents are concatenated in input order; each one is tokenized with ``add_special_tokens=True`` and
-EOS is appended unless the last token already is EOS, so every document ends in exactly one EOS.
-Documents never straddle shards: a shard is closed as soon as it holds ``>= shard_tokens`` tokens.
-
-``meta.json`` holds ``format_version``, ``tokenizer`` (name_or_path), ``tokenizer_dir``,
-``vocab_size`` (``len(tokenizer)``), ``eos_token_id``, ``pad_token_id``, ``bos_token_id``, ``dtype``,
-``splits`` (per split: ``documents``, ``tokens``, ``shards`` = list of ``{"file", "tokens",
-"documents", "sha256"}``), ``sources`` (each resolved input and the split it feeds), the preparation
-settings, ``config_fingerprint``, ``content_hash`` and ``created`` (UTC, ISO 8601).
-
-``content_hash`` is the sha256 over the per-shard sha256 digests (each digest taken over that shard's raw
-bytes), visiting splits in sorted name order and shards in order; identical token data gives an identical
-hash regardless of timestamps or paths.
+"""Writing token shards: input sources, tokenization (parallel, deterministic), the split writer, the dataset
+fingerprint used for resuming, :func:`prepare_data`, the tiny tokenizer of tests and the demo, and the
+``depthbench prepare-data`` command. The on-disk format is described in ``depthbench.data``; reading it is
+``depthbench.data.loader``.
 """
 
 from __future__ import annotations
@@ -51,9 +13,7 @@ import hashlib
 import json
 import multiprocessing
 import os
-import queue
 import re
-import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -61,6 +21,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from depthbench import atomic
 
 FORMAT_VERSION = 1
 """Version of the shard/meta format written by :func:`prepare_data`."""
@@ -84,31 +46,46 @@ _CHUNK_DOCS = 256  # documents per tokenization task
 # ---------------------------------------------------------------------------------------------------
 
 
-def make_tiny_tokenizer(texts: Iterable[str], vocab_size: int = 512, save_dir: str | None = None) -> Any:
+def make_tiny_tokenizer(texts: Iterable[str], vocab_size: int = 512, save_dir: str | None = None, *,
+                        full_alphabet: bool = True) -> Any:
     """Train a small deterministic byte-level BPE tokenizer.
 
-    The tokenizer has two special tokens, ``<|endoftext|>`` (EOS, id 0) and ``<|pad|>`` (PAD, id 1), and
-    the full 256-symbol byte alphabet, so it can encode any text.  Training on ~1 MB of text takes well
-    under a second and is deterministic (same texts and vocab size give the same tokenizer).
+    The tokenizer has two special tokens, ``<|endoftext|>`` (EOS, id 0) and ``<|pad|>`` (PAD, id 1). With
+    ``full_alphabet`` (the default) it holds the full 256-symbol byte alphabet, so it can encode any text;
+    without, its alphabet is only the bytes occurring in ``texts`` (for vocabularies below 258, e.g. the
+    128-token models of the tests; text with other bytes is then not encodable). Training on ~1 MB of text
+    takes well under a second and is deterministic (same texts and vocab size give the same tokenizer).
 
     Args:
-        texts: Training texts (iterated once).
-        vocab_size: Target vocabulary size including the two special tokens; at least 258.
+        texts: Training texts.
+        vocab_size: Target vocabulary size including the two special tokens; at least 258 with
+            ``full_alphabet``, else at least the number of distinct bytes of ``texts`` plus 2.
         save_dir: If given, the tokenizer is saved there with ``save_pretrained`` and that path becomes
             its ``name_or_path``.
+        full_alphabet: Keep all 256 bytes in the alphabet (``False``: only the bytes of ``texts``).
 
     Returns:
         A ``transformers.PreTrainedTokenizerFast`` with ``eos_token`` and ``pad_token`` set.
 
     Raises:
-        ValueError: If ``vocab_size`` is smaller than 258 (bytes plus specials).
+        ValueError: If ``vocab_size`` is smaller than the alphabet plus the two special tokens.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    if vocab_size < len(alphabet) + 2:
-        raise ValueError(f"vocab_size must be >= {len(alphabet) + 2} (256 bytes + 2 special tokens), got {vocab_size}")
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if full_alphabet:
+        alphabet, limit = sorted(pre_tokenizers.ByteLevel.alphabet()), {}
+        if vocab_size < len(alphabet) + 2:
+            raise ValueError(f"vocab_size must be >= {len(alphabet) + 2} (256 bytes + 2 special tokens), got "
+                             f"{vocab_size}")
+    else:
+        texts = list(texts)
+        alphabet = sorted({ch for text in texts for piece, _ in byte_level.pre_tokenize_str(text) for ch in piece})
+        limit = {"limit_alphabet": len(alphabet)}
+        if vocab_size < len(alphabet) + 2:
+            raise ValueError(f"vocab_size={vocab_size} is smaller than the {len(alphabet)} bytes used + 2 special "
+                             "tokens")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -118,7 +95,8 @@ def make_tiny_tokenizer(texts: Iterable[str], vocab_size: int = 512, save_dir: s
         min_frequency=2,
         show_progress=False,
         special_tokens=[EOS_TOKEN, PAD_TOKEN],
-        initial_alphabet=sorted(alphabet),
+        initial_alphabet=alphabet,
+        **limit,
     )
     tok.train_from_iterator(iter(texts), trainer)
     kwargs: dict[str, Any] = {}
@@ -320,24 +298,28 @@ def _iter_source_texts(src: _Source, text_field: str, dataset_config: str | None
     if src.kind == "parquet":
         import pyarrow.parquet as pq
 
-        pf = pq.ParquetFile(src.path)
+        try:
+            pf = pq.ParquetFile(src.path)
+        except Exception as exc:  # noqa: BLE001 - pyarrow's errors do not name the file
+            raise ValueError(f"{src.path}: cannot read as parquet ({type(exc).__name__}: {exc})") from None
         names = pf.schema_arrow.names
         if text_field not in names:
             raise ValueError(f"{src.path}: parquet file has no column {text_field!r} (columns: {names})")
         for batch in pf.iter_batches(columns=[text_field], batch_size=1024):
             yield from batch.column(0).to_pylist()
     elif src.kind == "jsonl":
-        with open(src.path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
+        with open(src.path, "rb") as f:
+            for lineno, raw_line in enumerate(f, 1):
+                line = _decode_line(raw_line, src.path, lineno)
                 if line.strip():
-                    yield _extract_text(json.loads(line), text_field, f"{src.path}:{lineno}")
+                    yield _extract_text(_json_line(line, src.path, lineno), text_field, f"{src.path}:{lineno}")
     elif src.kind == "json":
-        with open(src.path, encoding="utf-8") as f:
-            raw = f.read()
+        with open(src.path, "rb") as f:
+            raw = _decode_line(f.read(), src.path, None)
         try:
             data = json.loads(raw)
         except json.JSONDecodeError:  # JSON lines with a .json extension
-            data = [json.loads(line) for line in raw.splitlines() if line.strip()]
+            data = [_json_line(line, src.path, n) for n, line in enumerate(raw.splitlines(), 1) if line.strip()]
         if isinstance(data, dict):
             if isinstance(data.get(text_field), list):
                 data = data[text_field]
@@ -348,13 +330,32 @@ def _iter_source_texts(src: _Source, text_field: str, dataset_config: str | None
         for i, rec in enumerate(data):
             yield _extract_text(rec, text_field, f"{src.path}[{i}]")
     elif src.kind == "txt":
-        with open(src.path, encoding="utf-8") as f:
-            for line in f:
-                yield line.rstrip("\r\n")
+        with open(src.path, "rb") as f:
+            for lineno, raw_line in enumerate(f, 1):
+                yield _decode_line(raw_line, src.path, lineno).rstrip("\r\n")
     elif src.kind == "hf":
         yield from _iter_hf_dataset(src.path, text_field, dataset_config, split)
     else:  # pragma: no cover - guarded by _file_kind
         raise ValueError(f"unsupported source kind {src.kind!r}")
+
+
+def _decode_line(raw: bytes, path: str, lineno: int | None) -> str:
+    """UTF-8 text of ``raw`` (line ``lineno`` of ``path``, or the whole file); a clear error for binary files."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        where = f"{path}:{lineno}" if lineno is not None else path
+        raise ValueError(f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at position {exc.start}"
+                         f"{' of the line' if lineno is not None else ''}); is it a binary file? Input files must "
+                         "be UTF-8 text (.txt/.jsonl/.json) or parquet") from None
+
+
+def _json_line(line: str, path: str, lineno: int) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}:{lineno}: malformed JSON line ({exc.msg} at column {exc.colno}); each line of a "
+                         "JSON-lines file must be one JSON object") from None
 
 
 def _iter_hf_dataset(name: str, text_field: str, dataset_config: str | None, split: str) -> Iterator[Any]:
@@ -398,19 +399,6 @@ def _doc_hash_fraction(text: str) -> float:
 # ---------------------------------------------------------------------------------------------------
 # Shard writing
 # ---------------------------------------------------------------------------------------------------
-
-
-def _atomic_write_bytes(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _atomic_write_json(path: str, obj: Any) -> None:
-    _atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode("utf-8"))
 
 
 def _shard_name(index: int) -> str:
@@ -481,8 +469,8 @@ class _SplitWriter:
             "documents": self.buffer_docs,
             "sha256": hashlib.sha256(data).hexdigest(),
         }
-        _atomic_write_bytes(os.path.join(self.dir, name + ".bin"), data)
-        _atomic_write_json(
+        atomic.write_bytes(os.path.join(self.dir, name + ".bin"), data)
+        atomic.write_json(
             os.path.join(self.dir, name + ".done.json"),
             {
                 "fingerprint": self.fingerprint,
@@ -490,6 +478,7 @@ class _SplitWriter:
                 "doc_end": doc_end,
                 "record": record,
             },
+            sort_keys=True,
         )
         self.shards.append(record)
         self.resume_doc = doc_end
@@ -772,464 +761,28 @@ def prepare_data(
         "content_hash": _content_hash(splits),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    _atomic_write_json(os.path.join(output_dir, "meta.json"), meta)
+    atomic.write_json(os.path.join(output_dir, "meta.json"), meta, sort_keys=True)
     return meta
-
-
-# ---------------------------------------------------------------------------------------------------
-# Reading
-# ---------------------------------------------------------------------------------------------------
-
-
-def load_meta(data_dir: str) -> dict:
-    """Read ``data_dir/meta.json``.
-
-    Raises:
-        FileNotFoundError: If the file does not exist (the directory was not prepared).
-    """
-    path = os.path.join(data_dir, "meta.json")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found: {data_dir!r} is not a prepared data directory (run prepare_data)")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-class TokenShards:
-    """Memory-mapped view of one prepared split as a single concatenated token stream.
-
-    Opening checks every shard's size against ``meta.json``; ``verify=True`` also recomputes the sha256.
-    The memmaps are opened lazily and dropped when pickled, so instances can be sent to DataLoader workers.
-
-    Attributes:
-        data_dir: The prepared directory.
-        split: Split name (``"train"``, ``"eval"``, or an extra split).
-        meta: The whole ``meta.json`` dict.
-        split_meta: ``meta["splits"][split]``.
-        dtype: Numpy dtype of the stored ids.
-    """
-
-    def __init__(self, data_dir: str, split: str = "train", *, verify: bool = False):
-        """Open ``split`` of ``data_dir``.
-
-        Raises:
-            FileNotFoundError: ``meta.json`` or a shard file is missing (the message names it).
-            KeyError: The split does not exist.
-            ValueError: A shard's size (or, with ``verify``, hash) does not match the meta (names the file).
-        """
-        self.data_dir = str(data_dir)
-        self.split = split
-        self.meta = load_meta(self.data_dir)
-        if split not in self.meta["splits"]:
-            raise KeyError(f"split {split!r} not in {self.data_dir} (available: {sorted(self.meta['splits'])})")
-        self.split_meta = self.meta["splits"][split]
-        self.dtype = np.dtype(self.meta["dtype"]).newbyteorder("<")
-        self._paths: list[str] = []
-        sizes: list[int] = []
-        for shard in self.split_meta["shards"]:
-            path = os.path.join(self.data_dir, shard["file"])
-            if not os.path.exists(path):
-                raise FileNotFoundError(f"shard file {path} listed in meta.json is missing")
-            expected = shard["tokens"] * self.dtype.itemsize
-            actual = os.path.getsize(path)
-            if actual != expected:
-                raise ValueError(
-                    f"shard file {path} is truncated or corrupt: {actual} bytes on disk, meta.json expects "
-                    f"{expected} ({shard['tokens']} tokens of {self.dtype.name})"
-                )
-            if verify:
-                h = hashlib.sha256()
-                with open(path, "rb") as f:
-                    for block in iter(lambda: f.read(2**22), b""):
-                        h.update(block)
-                if h.hexdigest() != shard["sha256"]:
-                    raise ValueError(f"shard file {path} is corrupt: sha256 differs from meta.json")
-            if shard["tokens"] > 0:
-                self._paths.append(path)
-                sizes.append(shard["tokens"])
-        self._offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
-        self._maps: list[np.memmap] | None = None
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_maps"] = None
-        return state
-
-    def _memmaps(self) -> list[np.memmap]:
-        if self._maps is None:
-            self._maps = [np.memmap(p, dtype=self.dtype, mode="r") for p in self._paths]
-        return self._maps
-
-    @property
-    def num_tokens(self) -> int:
-        """Total tokens of the split."""
-        return int(self._offsets[-1])
-
-    @property
-    def num_documents(self) -> int:
-        """Documents of the split."""
-        return int(self.split_meta["documents"])
-
-    @property
-    def vocab_size(self) -> int:
-        """``len(tokenizer)`` at preparation time."""
-        return int(self.meta["vocab_size"])
-
-    @property
-    def eos_token_id(self) -> int:
-        """EOS id separating documents."""
-        return int(self.meta["eos_token_id"])
-
-    @property
-    def pad_token_id(self) -> int | None:
-        """PAD id of the tokenizer (may be ``None``)."""
-        return self.meta.get("pad_token_id")
-
-    @property
-    def tokenizer_dir(self) -> str:
-        """Directory holding the saved tokenizer."""
-        return os.path.join(self.data_dir, self.meta.get("tokenizer_dir", "tokenizer"))
-
-    def __len__(self) -> int:
-        return self.num_tokens
-
-    def read(self, start: int, length: int) -> np.ndarray:
-        """Return tokens ``[start, start + length)`` of the concatenated stream (a copy, meta dtype).
-
-        Raises:
-            IndexError: If the range is outside ``[0, num_tokens]``.
-        """
-        start, length = int(start), int(length)
-        if start < 0 or length < 0 or start + length > self.num_tokens:
-            raise IndexError(
-                f"range [{start}, {start + length}) outside [0, {self.num_tokens}) of split {self.split!r}"
-            )
-        out = np.empty(length, dtype=self.dtype)
-        if length == 0:
-            return out
-        maps = self._memmaps()
-        shard = int(np.searchsorted(self._offsets, start, side="right")) - 1
-        pos, filled = start, 0
-        while filled < length:
-            local = pos - int(self._offsets[shard])
-            take = min(length - filled, int(self._offsets[shard + 1]) - pos)
-            out[filled : filled + take] = maps[shard][local : local + take]
-            filled += take
-            pos += take
-            shard += 1
-        return out
-
-
-class TokenWindows(torch.utils.data.Dataset):
-    """Consecutive, non-overlapping ``seq_len``-token windows over a split's concatenated stream.
-
-    Window ``i`` is tokens ``[i * seq_len, (i + 1) * seq_len)``; the incomplete tail is dropped, so
-    ``len(self) == num_tokens // seq_len``.  Documents are concatenated (EOS-separated) with no masking across
-    document boundaries, like OLMo's fixed-sequence-length numpy dataset.  The model shifts labels itself.
-    """
-
-    def __init__(self, data: TokenShards | str, seq_len: int, split: str = "train"):
-        """Create the windows.
-
-        Args:
-            data: A :class:`TokenShards` or a prepared data directory.
-            seq_len: Tokens per window.
-            split: Split to open when ``data`` is a directory.
-        """
-        if seq_len <= 0:
-            raise ValueError(f"seq_len must be positive, got {seq_len}")
-        self.shards = data if isinstance(data, TokenShards) else TokenShards(data, split)
-        self.seq_len = int(seq_len)
-
-    def __len__(self) -> int:
-        return self.shards.num_tokens // self.seq_len
-
-    def _index(self, i: int) -> int:
-        n = len(self)
-        i = int(i)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"window index {i} out of range for {n} windows")
-        return i
-
-    def window(self, i: int) -> np.ndarray:
-        """Window ``i`` as a numpy array of the stored dtype."""
-        return self.shards.read(self._index(i) * self.seq_len, self.seq_len)
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return {"input_ids": torch.from_numpy(self.window(i).astype(np.int64))}
-
-    def get_batch(self, indices: Iterable[int]) -> torch.Tensor:
-        """Stack windows ``indices`` into a ``LongTensor[len(indices), seq_len]``."""
-        idx = list(indices)
-        out = np.empty((len(idx), self.seq_len), dtype=np.int64)
-        for row, i in enumerate(idx):
-            out[row] = self.window(i)
-        return torch.from_numpy(out)
-
-    def window_order(self, seed: int, epoch: int) -> np.ndarray:
-        """Deterministic permutation of ``range(len(self))`` for ``(seed, epoch)``.
-
-        Uses ``numpy.random.default_rng([seed, epoch])`` (a ``SeedSequence`` over both numbers), so every
-        epoch gets a different shuffle and the result does not depend on global RNG state.
-        """
-        return np.random.default_rng([int(seed), int(epoch)]).permutation(len(self))
-
-
-class WindowLoader:
-    """Deterministic, exactly resumable, rank-aware micro-batch iterator over :class:`TokenWindows`.
-
-    **Global stream.** With ``N = len(windows)``, the global sequence stream is the concatenation of the
-    per-epoch permutations ``windows.window_order(seed, 0) ++ window_order(seed, 1) ++ ...``; every epoch
-    visits every window exactly once and the stream continues across epochs without dropping anything.
-    ``position`` counts global stream entries consumed (by all ranks together); ``epoch = position // N``.
-
-    **Micro-steps.** Each micro-step consumes the next ``G = micro_batch_size * world_size`` stream entries
-    (a *global micro-batch group*); rank ``r`` takes the strided slice ``group[r::world_size]`` as its
-    ``LongTensor[micro_batch_size, seq_len]``.  Ranks therefore never overlap and together cover the group.
-
-    **Optimizer steps.** With ``grad_accum`` micro-steps per optimizer step, step ``s`` uses stream entries
-    ``[s * B, (s + 1) * B)`` with ``B = micro_batch_size * grad_accum * world_size`` (the global batch).
-    This set depends only on ``B`` (and the seed), not on how it is split into ranks and micro-batches, so a
-    2-process run sees exactly the same sequences per optimizer step as a 1-process run with the same global
-    batch.  :meth:`global_micro_batches` yields one optimizer step's micro-batches at a time.
-
-    **State.** :meth:`state_dict` reports the position after the last micro-batch *handed to the caller*
-    (prefetched batches are not counted); it is the same on all ranks.  After :meth:`load_state_dict`, a new
-    iterator continues exactly where the saved one stopped.  Each call of ``iter()`` starts from the current
-    position and invalidates earlier iterators of this loader.
-
-    **Prefetch.** With ``prefetch > 0`` a daemon thread prepares up to ``prefetch`` micro-batches ahead.
-    """
-
-    def __init__(
-        self,
-        windows: TokenWindows,
-        micro_batch_size: int,
-        seed: int,
-        rank: int = 0,
-        world_size: int = 1,
-        start_step: int = 0,
-        grad_accum: int = 1,
-        prefetch: int = 2,
-    ):
-        """Create the loader.
-
-        Args:
-            windows: The training windows.
-            micro_batch_size: Sequences per micro-batch per rank.
-            seed: Shuffle seed.
-            rank: This process's rank in ``[0, world_size)``.
-            world_size: Number of data-parallel processes.
-            start_step: Optimizer steps already done; the loader starts at position
-                ``start_step * micro_batch_size * grad_accum * world_size``.
-            grad_accum: Micro-steps per optimizer step (used for ``start_step`` and :attr:`global_batch_size`).
-            prefetch: Micro-batches to prepare ahead in a background thread (0 disables the thread).
-
-        Raises:
-            ValueError: On an empty dataset or inconsistent arguments.
-        """
-        if micro_batch_size <= 0 or world_size <= 0 or grad_accum <= 0:
-            raise ValueError("micro_batch_size, world_size and grad_accum must be positive")
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} not in [0, {world_size})")
-        if start_step < 0 or prefetch < 0:
-            raise ValueError("start_step and prefetch must be >= 0")
-        self.windows = windows
-        self.num_windows = len(windows)
-        if self.num_windows == 0:
-            raise ValueError(
-                f"no training windows: the split has {windows.shards.num_tokens} tokens < seq_len {windows.seq_len}"
-            )
-        self.micro_batch_size = int(micro_batch_size)
-        self.seed = int(seed)
-        self.rank = int(rank)
-        self.world_size = int(world_size)
-        self.grad_accum = int(grad_accum)
-        self.prefetch = int(prefetch)
-        self._position = int(start_step) * self.global_batch_size
-        self._generation = 0
-        self._orders: dict[int, np.ndarray] = {}
-
-    # -- geometry ---------------------------------------------------------------------------------------------
-
-    @property
-    def group_size(self) -> int:
-        """Global sequences consumed per micro-step (``micro_batch_size * world_size``)."""
-        return self.micro_batch_size * self.world_size
-
-    @property
-    def global_batch_size(self) -> int:
-        """Sequences per optimizer step (``micro_batch_size * grad_accum * world_size``)."""
-        return self.group_size * self.grad_accum
-
-    def grad_accum_steps(self, global_batch_size: int) -> int:
-        """Micro-steps per optimizer step for ``global_batch_size``.
-
-        Raises:
-            ValueError: If ``global_batch_size`` is not a positive multiple of ``micro_batch_size * world_size``.
-        """
-        if global_batch_size <= 0 or global_batch_size % self.group_size:
-            raise ValueError(
-                f"global batch {global_batch_size} must be a positive multiple of micro_batch_size * world_size "
-                f"= {self.micro_batch_size} * {self.world_size}"
-            )
-        return global_batch_size // self.group_size
-
-    @property
-    def position(self) -> int:
-        """Global stream entries consumed up to the last micro-batch yielded."""
-        return self._position
-
-    @property
-    def epoch(self) -> int:
-        """Epoch of the next stream entry."""
-        return self._position // self.num_windows
-
-    # -- stream -------------------------------------------------------------------------------------------------
-
-    def _order(self, epoch: int) -> np.ndarray:
-        order = self._orders.get(epoch)
-        if order is None:
-            order = self.windows.window_order(self.seed, epoch)
-            self._orders = {e: o for e, o in self._orders.items() if e >= epoch - 1}
-            self._orders[epoch] = order
-        return order
-
-    def stream_indices(self, start: int, count: int) -> np.ndarray:
-        """Window indices of global stream entries ``[start, start + count)``."""
-        out = np.empty(count, dtype=np.int64)
-        pos, filled = start, 0
-        while filled < count:
-            epoch, offset = divmod(pos, self.num_windows)
-            take = min(count - filled, self.num_windows - offset)
-            out[filled : filled + take] = self._order(epoch)[offset : offset + take]
-            filled += take
-            pos += take
-        return out
-
-    def micro_batch_indices(self, position: int) -> np.ndarray:
-        """Window indices of this rank's micro-batch for the group starting at global ``position``."""
-        return self.stream_indices(position, self.group_size)[self.rank :: self.world_size]
-
-    def _make_batch(self, position: int) -> torch.Tensor:
-        return self.windows.get_batch(self.micro_batch_indices(position))
-
-    # -- iteration ----------------------------------------------------------------------------------------------
-
-    def __iter__(self) -> Iterator[torch.Tensor]:
-        """Yield ``LongTensor[micro_batch_size, seq_len]`` micro-batches forever, from the current position."""
-        self._generation += 1
-        generation = self._generation
-        if self.prefetch == 0:
-            return self._iter_sync(generation)
-        return self._iter_prefetch(generation)
-
-    def _iter_sync(self, generation: int) -> Iterator[torch.Tensor]:
-        pos = self._position
-        while generation == self._generation:
-            batch = self._make_batch(pos)
-            pos += self.group_size
-            self._position = pos
-            yield batch
-
-    def _iter_prefetch(self, generation: int) -> Iterator[torch.Tensor]:
-        start = self._position
-        q: queue.Queue = queue.Queue(maxsize=self.prefetch)
-        stop = threading.Event()
-
-        def produce() -> None:
-            pos = start
-            try:
-                while not stop.is_set():
-                    item = (self._make_batch(pos), pos + self.group_size)
-                    pos += self.group_size
-                    while not stop.is_set():
-                        try:
-                            q.put(item, timeout=0.05)
-                            break
-                        except queue.Full:
-                            continue
-            except BaseException as exc:  # noqa: BLE001 - forwarded to the consumer
-                while not stop.is_set():
-                    try:
-                        q.put(exc, timeout=0.05)
-                        break
-                    except queue.Full:
-                        continue
-
-        thread = threading.Thread(target=produce, name="WindowLoader-prefetch", daemon=True)
-        thread.start()
-        try:
-            while generation == self._generation:
-                item = q.get()
-                if isinstance(item, BaseException):
-                    raise item
-                batch, pos = item
-                self._position = pos
-                yield batch
-        finally:
-            stop.set()
-            while thread.is_alive():
-                try:
-                    q.get_nowait()
-                except queue.Empty:
-                    thread.join(timeout=0.05)
-
-    def global_micro_batches(self, global_batch_size: int | None = None) -> Iterator[list[torch.Tensor]]:
-        """Yield, per optimizer step, this rank's ``grad_accum`` micro-batches (a list), forever.
-
-        Step ``s`` (counted from the current position) covers global stream entries
-        ``[position + s * B, position + (s + 1) * B)`` with ``B = global_batch_size``; the union over ranks
-        of the yielded lists is exactly that set.  Save :meth:`state_dict` between steps to resume exactly.
-
-        Args:
-            global_batch_size: Sequences per optimizer step; defaults to :attr:`global_batch_size`.
-        """
-        accum = self.grad_accum_steps(global_batch_size or self.global_batch_size)
-        it = iter(self)
-        while True:
-            try:
-                step = [next(it) for _ in range(accum)]
-            except StopIteration:  # invalidated by load_state_dict / close / a newer iterator
-                return
-            yield step
-
-    def close(self) -> None:
-        """Invalidate active iterators (their prefetch threads stop when the iterators are closed or freed)."""
-        self._generation += 1
-
-    # -- state --------------------------------------------------------------------------------------------------
-
-    def state_dict(self) -> dict:
-        """Resumable state: global ``position`` (entries consumed by yielded batches), ``epoch`` and identity."""
-        return {
-            "version": 1,
-            "position": self._position,
-            "epoch": self.epoch,
-            "index_in_epoch": self._position % self.num_windows,
-            "seed": self.seed,
-            "num_windows": self.num_windows,
-            "micro_batch_size": self.micro_batch_size,
-            "world_size": self.world_size,
-            "seq_len": self.windows.seq_len,
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue from ``state`` (from :meth:`state_dict`); micro-batch size / world size may differ.
-
-        Raises:
-            ValueError: If the seed, number of windows or sequence length differ (the stream would differ).
-        """
-        for key, mine in (("seed", self.seed), ("num_windows", self.num_windows), ("seq_len", self.windows.seq_len)):
-            if key in state and int(state[key]) != mine:
-                raise ValueError(f"cannot resume: state has {key}={state[key]}, this loader has {mine}")
-        self._position = int(state["position"])
-        self._generation += 1
 
 
 # ================================================================================================ CLI
 def _cmd_prepare_data(args) -> int:
+    """``depthbench prepare-data``; exit codes as ``depthbench train``: 2 for bad usage or input (``ValueError``,
+    reported by ``depthbench.cli``; also an unreadable input or unwritable output), 1 for other I/O failures (a
+    full disk)."""
+    import errno
+
+    try:
+        return _prepare_data_cli(args)
+    except OSError as exc:
+        import sys
+
+        print(f"depthbench prepare-data: error: {exc}", file=sys.stderr)
+        usage = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
+        return 2 if exc.errno in usage else 1
+
+
+def _prepare_data_cli(args) -> int:
     extra = {}
     for item in args.extra_split or []:
         name, sep, files = item.partition("=")

@@ -1,0 +1,274 @@
+"""Model cards: fill ``model_cards/depthbench_model_card.md`` for an HF export and write its ``README.md``.
+
+Every HF export depthbench writes carries a card (the checkpointer calls :func:`write_card`; ``depthbench publish``
+re-renders it with the finished run's summary; ``depthbench convert`` names the source checkpoint). The card is
+built with huggingface_hub's own machinery: ``ModelCardData`` for the YAML header (license, tags, datasets,
+``model-index`` with :class:`huggingface_hub.EvalResult` rows) and ``ModelCard.from_template`` for the Jinja body,
+so it loads back with ``ModelCard.load`` / ``huggingface_hub.metadata_load``.
+
+What goes in (all read from files, never from the training process): the architecture from the registry (name,
+paper, the config class docstring as the paragraph on the residual design), the shape from the export's
+``config.json`` (L, d, d/L, heads, parameter counts with the architecture's extra parameters), the recipe from the
+run's ``run_config.json`` (tokens, steps, LR, warmup, batch, seed, data), the final train loss and held-out losses
+from ``summary.json`` (or the last rows of ``metrics.jsonl`` while the run is still going), a loss-curve PNG from
+``metrics.jsonl``, optional lm-eval results (``lm_eval`` JSON output) as ``model-index`` entries.
+
+    from depthbench.hub.cards import write_card
+    write_card("runs/hc/final", run_dir="runs/hc", repo_id="aspect-ratio-scaling/hc-lr3e-3-llama-2M-L4-pretrain")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+CARD_TEMPLATE = "depthbench_model_card.md"
+LOSS_CURVE = "loss_curve.png"
+LICENSE = "apache-2.0"
+STUDY_ARXIV = "2609.32534"
+
+
+@dataclass
+class CardInputs:
+    """Everything a card is built from; :func:`collect_inputs` reads it from an export folder and a run folder."""
+
+    model_config: dict
+    run_config: dict | None = None
+    summary: dict | None = None
+    metrics: list[dict] = field(default_factory=list)
+    lm_eval: dict | None = None  # lm-eval's results JSON ({"results": {task: {"acc,none": ...}}})
+    source: dict | None = None  # {"repo": ..., "step": ...} for converted checkpoints
+    approximations: list[str] = field(default_factory=list)
+
+
+def template_text() -> str:
+    """The Jinja card template shipped in ``model_cards/`` (installed as ``depthbench.model_cards``)."""
+    from importlib import resources
+
+    return resources.files("depthbench.model_cards").joinpath(CARD_TEMPLATE).read_text(encoding="utf-8")
+
+
+def _read_json(path: str) -> Any:
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def read_metrics(run_dir: str) -> list[dict]:
+    """Rows of ``<run_dir>/metrics.jsonl`` (empty list if absent; a torn last line is skipped)."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    rows = []
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+    return rows
+
+
+def collect_inputs(export_dir: str, run_dir: str | None = None, **extra) -> CardInputs:
+    """Read the export's ``config.json`` and, if given, the run's ``run_config.json``/``summary.json``/metrics."""
+    model_config = _read_json(os.path.join(export_dir, "config.json"))
+    if model_config is None:
+        raise ValueError(f"{export_dir} has no config.json: a model card needs the exported model's config")
+    inputs = CardInputs(model_config=model_config, **extra)
+    if run_dir:
+        inputs.run_config = _read_json(os.path.join(run_dir, "run_config.json"))
+        inputs.summary = _read_json(os.path.join(run_dir, "summary.json"))
+        inputs.metrics = read_metrics(run_dir)
+    return inputs
+
+
+def _arch_for(model_config: dict):
+    from depthbench.registry import ARCHITECTURES
+
+    model_type = model_config.get("model_type")
+    for arch in ARCHITECTURES.values():
+        if arch.model_type == model_type:
+            return arch
+    raise ValueError(f"model_type {model_type!r} is not a depthbench architecture; "
+                     f"known: {', '.join(a.model_type for a in ARCHITECTURES.values())}")
+
+
+def _millions(n: int | None) -> str:
+    return "?" if n is None else f"{n / 1e6:.2f}M"
+
+
+def _shape(arch, model_config: dict) -> dict:
+    config = arch.config_class.from_dict({k: v for k, v in model_config.items() if k not in ("auto_map",)})
+    counts = config.parameter_counts()
+    L, d = config.num_hidden_layers, config.hidden_size
+    return {"L": L, "d": d, "d_over_l": f"{d / L:.2f}", "heads": config.num_attention_heads,
+            "kv_heads": config.num_key_value_heads, "head_dim": config.head_dim, "f": config.intermediate_size,
+            "vocab": config.vocab_size, "total": _millions(counts["total"]), "extra": _millions(counts["extra"]),
+            "counts": counts}
+
+
+def _last_eval(inputs: CardInputs) -> tuple[float | None, dict[str, float], int | None]:
+    """(final train loss, {split: held-out loss}, step) from summary.json, else the newest metrics rows."""
+    last_logged = max((r.get("step", 0) for r in inputs.metrics), default=0)
+    if inputs.summary and (inputs.summary.get("steps") or 0) >= last_logged:  # else a resumed run moved on
+        return (inputs.summary.get("final_train_loss"), dict(inputs.summary.get("eval") or {}),
+                inputs.summary.get("steps"))
+    train_loss, evals, step = None, {}, None
+    for row in inputs.metrics:
+        if "train/loss" in row:
+            train_loss, step = row["train/loss"], row.get("step", step)
+        for key, value in row.items():
+            if key.startswith("eval/") and key.endswith("/loss"):
+                evals[key[len("eval/"):-len("/loss")]] = value
+    return train_loss, evals, step
+
+
+def _recipe(inputs: CardInputs) -> list[dict]:
+    rc = inputs.run_config
+    if not rc:
+        return []
+    cfg, resolved = rc.get("config", {}), rc.get("resolved", {})
+    optim, train, data = cfg.get("optim", {}), cfg.get("train", {}), cfg.get("data", {})
+    steps = resolved.get("max_steps") or train.get("max_steps")
+    tokens_per_step = resolved.get("tokens_per_step")
+    rows = [
+        ("tokens", f"{steps * tokens_per_step:,}" if steps and tokens_per_step else None),
+        ("optimizer steps", steps),
+        ("global batch (sequences x length)", f"{train.get('global_batch_size')} x {data.get('seq_len')}"),
+        ("peak learning rate", optim.get("lr")),
+        ("schedule", f"linear warmup {resolved.get('warmup_steps')} steps, cosine to "
+                     f"{optim.get('min_lr_ratio')} x peak"),
+        ("optimizer", f"AdamW betas {optim.get('betas')}, eps {optim.get('eps')}, weight decay "
+                      f"{optim.get('weight_decay')}, clip {optim.get('grad_clip')}"),
+        ("precision", resolved.get("mixed_precision")),
+        ("seed", train.get("seed")),
+        ("data", data.get("data_dir")),
+    ]
+    return [{"name": n, "value": v} for n, v in rows if v is not None]
+
+
+def eval_results(inputs: CardInputs, model_name: str) -> list:
+    """``model-index`` rows: held-out LM losses of the run plus any lm-eval metrics (``EvalResult`` objects)."""
+    from huggingface_hub import EvalResult
+
+    _, evals, _ = _last_eval(inputs)
+    results = [EvalResult(task_type="text-generation", task_name="Language modeling", dataset_type=split,
+                          dataset_name=f"held-out {split}", dataset_split=split, metric_type="loss",
+                          metric_name="cross-entropy loss (nats/token)", metric_value=round(float(loss), 6),
+                          source_name="depthbench train (arXiv 2609.32534)",
+                          source_url=f"https://arxiv.org/abs/{STUDY_ARXIV}")
+               for split, loss in sorted(evals.items()) if loss is not None]
+    for task, metrics in sorted(((inputs.lm_eval or {}).get("results") or {}).items()):
+        for key, value in sorted(metrics.items()):
+            name, _, _filter = key.partition(",")
+            if not isinstance(value, (int, float)) or name.endswith("_stderr") or name == "alias":
+                continue
+            results.append(EvalResult(task_type="text-generation", task_name=task, dataset_type=task,
+                                      dataset_name=task, metric_type=name, metric_value=float(value),
+                                      source_name="lm-evaluation-harness",
+                                      source_url="https://github.com/EleutherAI/lm-evaluation-harness"))
+    return results
+
+
+def plot_loss_curve(metrics: list[dict], path: str) -> str | None:
+    """Train (and held-out) loss against step as a PNG at ``path``; ``None`` when there are no loss rows."""
+    train = [(r["step"], r["train/loss"]) for r in metrics if "train/loss" in r and "step" in r]
+    if not train:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.2), dpi=100)
+    ax.plot(*zip(*train), label="train", lw=1)
+    splits = sorted({k for r in metrics for k in r if k.startswith("eval/") and k.endswith("/loss")})
+    for key in splits:
+        points = [(r["step"], r[key]) for r in metrics if key in r]
+        ax.plot(*zip(*points), marker="o", ms=3, label=key[5:-5])
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats/token)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def render_card(inputs: CardInputs, repo_id: str | None = None, revision: str | None = None,
+                loss_curve: str | None = None):
+    """The :class:`huggingface_hub.ModelCard` for ``inputs`` (``repo_id`` names the model in the card)."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    arch = _arch_for(inputs.model_config)
+    shape = _shape(arch, inputs.model_config)
+    if repo_id is None:
+        from depthbench.hub.names import default_repo_name
+
+        repo_id = default_repo_name(arch.id, shape["counts"]["total"], shape["L"], _lr(inputs))
+    train_loss, evals, step = _last_eval(inputs)
+    losses = []
+    if train_loss is not None:
+        losses.append({"name": f"final train loss{f' (step {step})' if step is not None else ''}",
+                       "value": f"{train_loss:.4f}"})
+    losses += [{"name": f"held-out loss, {split}", "value": f"{v:.4f}"} for split, v in sorted(evals.items())]
+    if len(evals) > 1:
+        losses.append({"name": "held-out loss, mean of splits", "value": f"{sum(evals.values()) / len(evals):.4f}"})
+    name = arch.description.split(":")[0]
+    data = ModelCardData(
+        language="en", license=LICENSE, library_name="transformers", pipeline_tag="text-generation",
+        tags=["depthbench", f"depthbench-{arch.id}", "residual-connections", "custom_code", f"arxiv:{STUDY_ARXIV}",
+              f"arxiv:{arch.arxiv}"],
+        model_name=repo_id.split("/")[-1], eval_results=eval_results(inputs, repo_id.split("/")[-1]) or None,
+        base_model=inputs.source["repo"] if inputs.source and "/" in str(inputs.source.get("repo")) else None,
+    )
+    context = {
+        "model_id": repo_id, "load_repo": repo_id, "load_revision": revision,
+        "arch": {"id": arch.id, "name": name, "paper_url": arch.paper_url, "card": arch.card.split("\nArgs:")[0]},
+        "shape": shape, "recipe": _recipe(inputs), "losses": losses, "loss_curve": loss_curve,
+        "source": inputs.source, "approximations": inputs.approximations,
+        "revision_note": (f"This is the intermediate checkpoint at `{revision}` (branch of the repository); "
+                          f"the `main` branch holds the final model.") if revision and revision != "main" else None,
+    }
+    return ModelCard.from_template(data, template_str=template_text(), **context)
+
+
+def _lr(inputs: CardInputs) -> float | None:
+    if inputs.run_config:
+        return inputs.run_config.get("config", {}).get("optim", {}).get("lr")
+    return None
+
+
+def write_card(export_dir: str, run_dir: str | None = None, repo_id: str | None = None,
+               revision: str | None = None, **extra) -> str:
+    """Write ``README.md`` (and ``loss_curve.png`` when the run has metrics) into ``export_dir``; returns the path.
+
+    ``run_dir`` is the training run's folder (recipe, losses, curve); ``extra`` goes to :class:`CardInputs`
+    (``source``, ``approximations``, ``lm_eval``).
+    """
+    inputs = collect_inputs(export_dir, run_dir, **extra)
+    curve = plot_loss_curve(inputs.metrics, os.path.join(export_dir, LOSS_CURVE)) if inputs.metrics else None
+    card = render_card(inputs, repo_id=repo_id, revision=revision, loss_curve=LOSS_CURVE if curve else None)
+    path = os.path.join(export_dir, "README.md")
+    card.save(path)
+    return path
+
+
+def card_files(export_dir: str, run_dir: str | None, repo_id: str, revision: str | None = None,
+               lm_eval: dict | None = None) -> dict[str, bytes]:
+    """``{"README.md": ..., "loss_curve.png": ...}`` rendered in memory (``depthbench publish`` uploads these
+    instead of the export's own card, without writing into the run folder)."""
+    import tempfile
+
+    inputs = collect_inputs(export_dir, run_dir, lm_eval=lm_eval)
+    out: dict[str, bytes] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        curve = plot_loss_curve(inputs.metrics, os.path.join(tmp, LOSS_CURVE)) if inputs.metrics else None
+        if curve:
+            with open(curve, "rb") as f:
+                out[LOSS_CURVE] = f.read()
+        card = render_card(inputs, repo_id=repo_id, revision=revision, loss_curve=LOSS_CURVE if curve else None)
+    out["README.md"] = str(card).encode("utf-8")
+    return out

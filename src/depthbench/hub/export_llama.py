@@ -1,0 +1,109 @@
+"""``depthbench export-llama``: a ``pre_ln`` checkpoint as a stock ``LlamaForCausalLM`` folder (no remote code).
+
+    depthbench export-llama runs/preln-L24/final -o preln-L24-llama
+
+depthbench's backbone uses Hugging Face Llama's parameter names, and Pre-LN is exactly Llama's residual wiring, so a
+``pre_ln`` model is a Llama model: the export writes a ``LlamaConfig`` (same sizes, RMSNorm eps, RoPE theta, untied
+head), the same tensors, and the tokenizer, for tools that only know Llama (serving engines, quantizers). Every
+other architecture changes the forward pass (extra norms, scaled or mixed residual streams, depth attention), so it
+is refused with the reason: a Llama config would silently compute a different model (the failure of the reference
+code's HF converter). The export is checked before it is written: its logits must equal the source's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+                   "tokenizer.model", "chat_template.jinja", "generation_config.json")
+
+
+def llama_config_for(config):
+    """The ``LlamaConfig`` equivalent to a ``pre_ln`` config; ``ValueError`` for any other architecture or a
+    setting Llama does not have."""
+    from transformers import LlamaConfig
+
+    if config.model_type != "depthbench_pre_ln":
+        from depthbench.hub.cards import _arch_for
+
+        arch = _arch_for(config.to_dict())
+        raise ValueError(f"export-llama only exports pre_ln models; this is {arch.id} ({arch.description}), whose "
+                         "residual wiring is not Llama's: a LlamaForCausalLM would silently compute a different "
+                         "model. Publish it with its remote code instead (depthbench publish).")
+    if config.norm_type != "rmsnorm":
+        raise ValueError(f"norm_type={config.norm_type!r}: Llama uses RMSNorm")
+    if config.hidden_act != "silu":
+        raise ValueError(f"hidden_act={config.hidden_act!r}: Llama's MLP is SwiGLU with silu")
+    return LlamaConfig(
+        vocab_size=config.vocab_size, hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers, num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_key_value_heads, head_dim=config.head_dim,
+        max_position_embeddings=config.max_position_embeddings, rms_norm_eps=config.rms_norm_eps,
+        rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
+        initializer_range=config.initializer_range, tie_word_embeddings=config.tie_word_embeddings,
+        attention_bias=False, mlp_bias=False, attention_dropout=config.attention_dropout, hidden_act="silu",
+        pad_token_id=config.pad_token_id, bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
+    )
+
+
+def export_llama(checkpoint: str, output_dir: str, overwrite: bool = False, check: bool = True) -> str:
+    """Write ``checkpoint`` (a depthbench ``pre_ln`` HF folder) as a stock Llama folder; returns ``output_dir``."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+
+    from depthbench.registry import register_auto_classes
+
+    register_auto_classes()  # idempotent: the Auto classes know every architecture below
+
+    if os.path.exists(output_dir) and os.listdir(output_dir) and not overwrite:
+        raise ValueError(f"{output_dir} exists and is not empty; choose another folder or pass --overwrite")
+    try:
+        source = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    except OSError as exc:
+        raise ValueError(f"cannot load {checkpoint!r} as a depthbench checkpoint: {exc}") from None
+    llama_config = llama_config_for(source.config)
+    llama = LlamaForCausalLM(llama_config).eval()
+    missing, unexpected = llama.load_state_dict(source.state_dict(), strict=False)
+    missing = [k for k in missing if not k.endswith("rotary_emb.inv_freq")]
+    if missing or unexpected:
+        raise ValueError(f"pre_ln and Llama tensors differ: missing {missing[:8]}, unexpected {unexpected[:8]}")
+    if check:
+        ids = torch.randint(0, llama_config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            diff = (llama(ids).logits - source(ids).logits).abs().max().item()
+        if diff > 1e-4:
+            raise ValueError(f"the Llama export's logits differ from the source's by {diff:g}; not written")
+    dtype = getattr(source.config, "dtype", None)
+    if overwrite and os.path.isdir(output_dir):
+        shutil.rmtree(output_dir)
+    os.makedirs(output_dir, exist_ok=True)
+    if isinstance(dtype, torch.dtype) and dtype != torch.float32:
+        llama = llama.to(dtype)
+    llama.save_pretrained(output_dir, safe_serialization=True)
+    if os.path.isdir(checkpoint):
+        for name in TOKENIZER_FILES:
+            src = os.path.join(checkpoint, name)
+            if os.path.isfile(src) and not (name == "generation_config.json"
+                                            and os.path.exists(os.path.join(output_dir, name))):
+                shutil.copy2(src, os.path.join(output_dir, name))
+    return output_dir
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    out = export_llama(args.checkpoint, args.output, overwrite=args.overwrite)
+    print(f"wrote a stock LlamaForCausalLM to {out} (loads without trust_remote_code)")
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    """Add ``depthbench export-llama``."""
+    p = subparsers.add_parser(
+        "export-llama", help="export a pre_ln checkpoint as a stock LlamaForCausalLM (no remote code)",
+        description="Write a pre_ln checkpoint as a plain Llama folder for tools that only know Llama. Other "
+                    "architectures are refused with the reason. The export's logits are checked against the source.")
+    p.add_argument("checkpoint", help="depthbench HF folder (e.g. runs/NAME/final) or Hub id of a pre_ln model")
+    p.add_argument("-o", "--output", required=True, help="output folder")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    p.set_defaults(func=run_cli)

@@ -1,0 +1,421 @@
+"""``depthbench publish``: upload a run, a sweep or a converted model to the Hugging Face Hub.
+
+    depthbench publish runs/hc-L24                                   # final/ -> aspect-ratio-scaling/<default name>
+    depthbench publish runs/hc-L24 --repo aspect-ratio-scaling/my-hc --private --revisions
+    depthbench publish runs/400m                                     # a sweep: every finished run + a collection
+    depthbench publish converted/preln-L24 --dry-run                 # a `depthbench convert` output (NAME-hf)
+
+* **What goes where.** A run's ``final/`` export goes to ``main`` with a freshly rendered model card
+  (:mod:`depthbench.hub.cards`; the run folder is never written to). With ``--revisions`` every checkpoint export
+  (``checkpoints/ckpt-NNNNNN/hf``) goes to the branch ``step-NNNNNN``, so
+  ``from_pretrained(repo, revision="step-001000")`` loads that step (the convention of Pythia, arXiv 2304.01373).
+* **Names.** The default repository follows the organisation's convention
+  ``aspect-ratio-scaling/<arch>-lr<peak lr>-llama-<budget>-L<depth>-pretrain`` (:mod:`depthbench.hub.names`);
+  a converted release is re-published as ``<name>-hf``.
+* **Only what changed.** Each branch's remote files are listed first (git blob sha1 for regular files, sha256 for
+  LFS/xet ones); one commit per branch adds the changed files and deletes stale ones, and an unchanged branch makes
+  no commit. ``--dry-run`` prints that plan (repositories, branches, files, sizes, new/changed/unchanged) and
+  writes nothing (it reads the remote state when it can).
+* **Sweeps.** ``SWEEP_DIR`` (a folder with ``sweep.json``) publishes every finished run and gathers them in a Hub
+  collection titled after the sweep; the sweep's ``report.md``, plot and ``results.csv`` go to a README-only model
+  repository ``<org>/<sweep>-sweep-report`` (a collection description is limited to a line), which the
+  collection lists first.
+* **Authentication** is huggingface_hub's own (``HF_TOKEN``, ``hf auth login``). A missing, invalid or read-only
+  token is an error before anything is uploaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+
+CARD_FILES = ("README.md", "loss_curve.png")
+CONVERSION_RECORD = "depthbench_conversion.json"  # written by depthbench convert next to the converted model
+
+
+class PublishError(ValueError):
+    """A run cannot be published as asked (bad folder, no/read-only token, ...); the message says why."""
+
+
+@dataclass
+class FilePlan:
+    path: str  # path in the repository
+    size: int
+    status: str  # "new" | "changed" | "unchanged" | "unknown" (remote state not readable)
+    local: str | None = None  # local file, or None when ``content`` holds the bytes
+    content: bytes | None = None
+
+
+@dataclass
+class BranchPlan:
+    branch: str
+    export_dir: str
+    files: list[FilePlan] = field(default_factory=list)
+    deletions: list[str] = field(default_factory=list)
+
+    @property
+    def uploads(self) -> list[FilePlan]:
+        return [f for f in self.files if f.status != "unchanged"]
+
+
+@dataclass
+class RepoPlan:
+    repo_id: str
+    source_dir: str
+    run_dir: str | None
+    branches: list[BranchPlan] = field(default_factory=list)
+    exists: bool | None = None
+    note: str = ""
+
+
+@dataclass
+class SweepPlan:
+    title: str
+    namespace: str
+    description: str
+    report: RepoPlan | None
+
+
+# ================================================================================================ local side
+def git_blob_sha1(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _file_ids(path: str | None, content: bytes | None) -> tuple[str, str]:
+    """(git blob sha1, sha256) of a local file or bytes."""
+    if content is None:
+        with open(path, "rb") as f:
+            content = f.read()
+    return git_blob_sha1(content), hashlib.sha256(content).hexdigest()
+
+
+def _read_json(path: str) -> dict | None:
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def is_sweep(path: str) -> bool:
+    return os.path.exists(os.path.join(path, "sweep.json"))
+
+
+def finished_runs(sweep_dir: str) -> list[str]:
+    """Run folders of a sweep whose ``summary.json`` says finished and that have a ``final/`` export."""
+    runs = []
+    for run in sorted(glob.glob(os.path.join(sweep_dir, "runs", "*"))):
+        summary = _read_json(os.path.join(run, "summary.json")) or {}
+        if summary.get("status") == "finished" and os.path.isfile(os.path.join(run, "final", "config.json")):
+            runs.append(run)
+    return runs
+
+
+def run_exports(run_dir: str, revisions: bool) -> list[tuple[str, str]]:
+    """``[(branch, export dir)]``: ``main`` <- ``final/``, and with ``revisions`` ``step-NNNNNN`` <- each
+    checkpoint's ``hf/`` export."""
+    final = os.path.join(run_dir, "final")
+    if not os.path.isfile(os.path.join(final, "config.json")):
+        raise PublishError(f"{run_dir} has no final/ export (final/config.json): only finished runs are published "
+                           "(finish or resume the run first)")
+    out = [("main", final)]
+    if revisions:
+        for ckpt in sorted(glob.glob(os.path.join(run_dir, "checkpoints", "ckpt-*"))):
+            match = re.fullmatch(r"ckpt-(\d+)", os.path.basename(ckpt))
+            if match and os.path.isfile(os.path.join(ckpt, "hf", "config.json")):
+                out.append((f"step-{int(match[1]):06d}", os.path.join(ckpt, "hf")))
+    return out
+
+
+def default_repo_for(source_dir: str, run_dir: str | None, org: str) -> str:
+    """The organisation's name for a run (from its config, parameter count, depth and LR) or a converted model."""
+    from depthbench.hub.names import converted_repo_name, default_repo_name
+
+    record = _read_json(os.path.join(source_dir, CONVERSION_RECORD))
+    if record:
+        return converted_repo_name(record["source_repo"], org)
+    config = _read_json(os.path.join(source_dir, "config.json")) or {}
+    from depthbench.hub.cards import _arch_for, _shape
+
+    arch = _arch_for(config)
+    shape = _shape(arch, config)
+    lr = None
+    run_config = _read_json(os.path.join(run_dir, "run_config.json")) if run_dir else None
+    if run_config:
+        lr = run_config.get("config", {}).get("optim", {}).get("lr")
+    return default_repo_name(arch.id, shape["counts"]["total"], shape["L"], lr, org=org)
+
+
+def local_files(export_dir: str, card: dict[str, bytes]) -> list[FilePlan]:
+    """Every file of ``export_dir`` (temporary ``.tmp`` files skipped), the export's own card replaced by ``card``."""
+    files = []
+    for root, _, names in os.walk(export_dir):
+        for name in sorted(names):
+            full = os.path.join(root, name)
+            rel = os.path.relpath(full, export_dir).replace(os.sep, "/")
+            if rel in card or name.endswith(".tmp"):
+                continue
+            files.append(FilePlan(rel, os.path.getsize(full), "new", local=full))
+    files += [FilePlan(name, len(data), "new", content=data) for name, data in card.items()]
+    return sorted(files, key=lambda f: f.path)
+
+
+# ================================================================================================ remote side
+def remote_files(api, repo_id: str, branch: str) -> dict[str, tuple[str | None, str | None]] | None:
+    """``{path: (git blob sha1, lfs sha256)}`` of a branch; ``None`` if the repository or branch does not exist."""
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.hf_api import RepoFile
+
+    try:
+        entries = api.list_repo_tree(repo_id, revision=branch, recursive=True)
+        out = {}
+        for entry in entries:
+            if not isinstance(entry, RepoFile):
+                continue  # a folder
+            lfs = getattr(entry, "lfs", None)
+            out[entry.path] = (getattr(entry, "blob_id", None), getattr(lfs, "sha256", None) if lfs else None)
+        return out
+    except (RepositoryNotFoundError, RevisionNotFoundError):
+        return None
+
+
+def diff_branch(plan: BranchPlan, remote: dict | None) -> None:
+    """Mark each file new/changed/unchanged against ``remote`` and list remote files to delete."""
+    if remote is None:
+        return
+    local_paths = set()
+    for f in plan.files:
+        local_paths.add(f.path)
+        if f.path not in remote:
+            f.status = "new"
+            continue
+        sha1, sha256 = _file_ids(f.local, f.content)
+        blob, lfs = remote[f.path]
+        f.status = "unchanged" if (lfs == sha256 if lfs else blob == sha1) else "changed"
+    plan.deletions = sorted(p for p in remote if p not in local_paths and p != ".gitattributes")
+
+
+# ================================================================================================ plan + upload
+def check_auth(api) -> str:
+    """The user name of the token huggingface_hub finds (``HF_TOKEN``, ``hf auth login``); raises
+    :class:`PublishError` for a missing, invalid or read-only token."""
+    from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError
+
+    try:
+        if api.token is False:
+            raise LocalTokenNotFoundError("token=False")
+        info = api.whoami()
+    except LocalTokenNotFoundError:
+        raise PublishError("no Hugging Face token found: set HF_TOKEN or run `hf auth login` (a token with write "
+                           "access to the target organisation is needed); nothing was uploaded") from None
+    except HfHubHTTPError as exc:
+        raise PublishError(f"the Hugging Face token was rejected ({exc.response.status_code}): set a valid HF_TOKEN "
+                           "or run `hf auth login`; nothing was uploaded") from None
+    role = ((info.get("auth") or {}).get("accessToken") or {}).get("role")
+    if role == "read":
+        raise PublishError(f"the Hugging Face token of {info.get('name')!r} is read-only: create a token with write "
+                           "access (https://huggingface.co/settings/tokens); nothing was uploaded")
+    return info.get("name", "")
+
+
+def plan_repo(api, source_dir: str, run_dir: str | None, repo_id: str, revisions: bool, lm_eval: dict | None,
+              read_remote: bool = True) -> RepoPlan:
+    """The upload plan of one run (or converted model) ``source_dir`` into ``repo_id``."""
+    from depthbench.hub.cards import card_files
+
+    exports = run_exports(run_dir, revisions) if run_dir else [("main", source_dir)]
+    plan = RepoPlan(repo_id, source_dir, run_dir)
+    for branch, export_dir in exports:
+        if run_dir:
+            card = card_files(export_dir, run_dir, repo_id, revision=branch, lm_eval=lm_eval)
+        else:  # a converted model: keep its own card (it names the source checkpoint)
+            card = {}
+        branch_plan = BranchPlan(branch, export_dir, local_files(export_dir, card))
+        try:
+            remote = remote_files(api, repo_id, branch) if read_remote else False
+            if remote is None and branch != "main":
+                remote = remote_files(api, repo_id, "main")  # the new branch starts from main
+        except Exception as exc:  # offline, no access, ...: the plan says "unknown" (the upload re-reads the state)
+            plan.note = f"remote state unreadable: {type(exc).__name__}"
+            remote = False
+        if remote is False:
+            for f in branch_plan.files:
+                f.status = "unknown"
+        else:
+            if branch == "main":
+                plan.exists = remote is not None
+            diff_branch(branch_plan, remote)
+        plan.branches.append(branch_plan)
+    return plan
+
+
+def execute_repo(api, plan: RepoPlan, private: bool) -> list[str]:
+    """Create the repository / branches and make one commit per branch that changed; returns commit ids."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+    from tqdm.auto import tqdm
+
+    api.create_repo(plan.repo_id, private=private, exist_ok=True, repo_type="model")
+    commits = []
+    for branch in tqdm(plan.branches, desc=f"publish {plan.repo_id}", unit="branch"):
+        if branch.branch != "main":
+            api.create_branch(plan.repo_id, branch=branch.branch, exist_ok=True)
+        # re-read the branch: it may have been created from main just now
+        diff_branch(branch, remote_files(api, plan.repo_id, branch.branch))
+        ops = [CommitOperationAdd(f.path, f.local if f.content is None else f.content) for f in branch.uploads]
+        ops += [CommitOperationDelete(p) for p in branch.deletions]
+        if not ops:
+            continue
+        info = api.create_commit(plan.repo_id, operations=ops, revision=branch.branch,
+                                 commit_message=f"depthbench publish: {branch.branch} "
+                                                f"({len(branch.uploads)} files, {len(branch.deletions)} deleted)")
+        commits.append(info.oid)
+    return commits
+
+
+def _sweep_plan(sweep_dir: str, org: str, repos: list[RepoPlan]) -> SweepPlan:
+    name = os.path.basename(os.path.abspath(sweep_dir))
+    spec = _read_json(os.path.join(sweep_dir, "sweep.json")) or {}
+    archs = spec.get("archs") or sorted({os.path.basename(r.run_dir).split("__")[0] for r in repos})
+    description = f"depthbench sweep {name}: {len(repos)} runs ({', '.join(archs)}); report: {org}/{name}-sweep-report"
+    report_files: dict[str, bytes] = {}
+    for file in ("report.md", "loss_vs_aspect_ratio.png", "results.csv"):
+        path = os.path.join(sweep_dir, file)
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                report_files["README.md" if file == "report.md" else file] = f.read()
+    report = None
+    if report_files:
+        links = "\n".join(f"- [{r.repo_id}](https://huggingface.co/{r.repo_id})" for r in repos)
+        header = (f"---\nlicense: apache-2.0\ntags:\n- depthbench\n- arxiv:2609.32534\n---\n\n"
+                  f"# depthbench sweep `{name}`\n\nModels of this sweep (DepthBench, arXiv 2609.32534):\n\n{links}\n\n")
+        report_files["README.md"] = header.encode() + report_files.get("README.md", b"")
+        report = RepoPlan(f"{org}/{name}-sweep-report", sweep_dir, None,
+                          [BranchPlan("main", sweep_dir, [FilePlan(p, len(d), "new", content=d)
+                                                          for p, d in sorted(report_files.items())])])
+    return SweepPlan(f"depthbench {name}"[:59], org, description[:150], report)
+
+
+def publish(path: str, repo: str | None = None, private: bool = False, revisions: bool = False,
+            dry_run: bool = False, org: str | None = None, api=None, lm_eval_json: str | None = None,
+            out=None) -> dict:
+    """Publish a run folder, a sweep folder or a converted model folder; returns a summary dict.
+
+    ``repo`` (runs only) overrides the default name; ``org`` the namespace of default names
+    (``aspect-ratio-scaling``). ``api`` is an ``HfApi`` (default: huggingface_hub's, honouring ``HF_ENDPOINT`` and
+    ``HF_TOKEN``). With ``dry_run`` nothing is written anywhere; the plan is printed to ``out`` (stdout).
+    """
+    import sys
+
+    from huggingface_hub import HfApi
+
+    from depthbench.hub.names import ORG
+
+    out = out or sys.stdout
+    api = api or HfApi()
+    if not os.path.isdir(path):
+        raise PublishError(f"{path} is not a folder: give a run folder, a sweep folder or a converted model folder")
+    if repo is not None and repo.count("/") != 1:
+        raise PublishError(f"--repo {repo!r} must be NAMESPACE/NAME, e.g. aspect-ratio-scaling/my-model")
+    lm_eval = _read_json(lm_eval_json) if lm_eval_json else None
+    sweep = is_sweep(path)
+    if sweep:
+        if repo:
+            raise PublishError("--repo names one repository; a sweep publishes one per run (use --org instead)")
+        runs = [(run, run) for run in finished_runs(path)]
+        if not runs:
+            raise PublishError(f"sweep {path} has no finished run with a final/ export: nothing to publish")
+    elif os.path.isfile(os.path.join(path, "config.json")) and not os.path.isdir(os.path.join(path, "final")):
+        runs = [(path, None)]  # an HF folder (e.g. a depthbench convert output)
+        if revisions:
+            raise PublishError("--revisions needs a training run folder (checkpoints/); this is a single HF folder")
+    elif os.path.isdir(os.path.join(path, "final")) or os.path.exists(os.path.join(path, "run_config.json")):
+        runs = [(path, path)]
+    else:
+        raise PublishError(f"{path} is neither a run folder (final/, run_config.json), a sweep folder (sweep.json) "
+                           "nor an HF model folder (config.json)")
+    if not dry_run:
+        user = check_auth(api)
+    namespace = org or ORG
+    plans = []
+    for source, run_dir in runs:
+        source_dir = os.path.join(source, "final") if run_dir else source
+        repo_id = repo or default_repo_for(source_dir, run_dir, namespace)
+        plans.append(plan_repo(api, source_dir, run_dir, repo_id, revisions, lm_eval, read_remote=True))
+    sweep_plan = _sweep_plan(path, namespace, plans) if sweep else None
+    if sweep_plan and sweep_plan.report:
+        diff_branch(sweep_plan.report.branches[0], remote_files(api, sweep_plan.report.repo_id, "main"))
+    print_plan(plans, sweep_plan, private, dry_run, out)
+    result = {"repos": [p.repo_id for p in plans], "dry_run": dry_run, "commits": {}, "collection": None}
+    if dry_run:
+        return result
+    for plan in plans:
+        result["commits"][plan.repo_id] = execute_repo(api, plan, private)
+    if sweep_plan:
+        if sweep_plan.report:
+            result["commits"][sweep_plan.report.repo_id] = execute_repo(api, sweep_plan.report, private)
+        collection = api.create_collection(sweep_plan.title, namespace=sweep_plan.namespace,
+                                           description=sweep_plan.description, private=private, exists_ok=True)
+        items = ([sweep_plan.report.repo_id] if sweep_plan.report else []) + [p.repo_id for p in plans]
+        for item in items:
+            api.add_collection_item(collection.slug, item_id=item, item_type="model", exists_ok=True)
+        result["collection"] = collection.slug
+        print(f"collection: {collection.url}", file=out)
+    print(f"published as {user or 'the token owner'}: " + ", ".join(result["repos"]), file=out)
+    return result
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def print_plan(plans: list[RepoPlan], sweep: SweepPlan | None, private: bool, dry_run: bool, out) -> None:
+    print(f"{'plan (dry run: nothing is written)' if dry_run else 'plan'}:", file=out)
+    for plan in plans + ([sweep.report] if sweep and sweep.report else []):
+        state = {True: "exists", False: "will be created", None: "unknown"}[plan.exists]
+        note = f"; {plan.note}" if plan.note else ""
+        print(f"  {plan.repo_id} ({'private' if private else 'public'}; {state}{note})", file=out)
+        for branch in plan.branches:
+            size = sum(f.size for f in branch.uploads)
+            print(f"    {branch.branch}: {len(branch.uploads)} of {len(branch.files)} files to upload "
+                  f"({_size(size)}), {len(branch.deletions)} to delete  <- {branch.export_dir}", file=out)
+            for f in branch.files:
+                print(f"      {f.status:9s} {f.path} ({_size(f.size)})", file=out)
+            for p in branch.deletions:
+                print(f"      delete    {p}", file=out)
+    if sweep:
+        print(f"  collection {sweep.namespace}/{sweep.title!r}: {len(plans)} models"
+              f"{' + the report repository' if sweep.report else ''}", file=out)
+
+
+# ================================================================================================ CLI
+def run_cli(args: argparse.Namespace) -> int:
+    publish(args.path, repo=args.repo, private=args.private, revisions=args.revisions, dry_run=args.dry_run,
+            org=args.org, lm_eval_json=args.lm_eval_json)
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    """Add ``depthbench publish``."""
+    p = subparsers.add_parser(
+        "publish", help="upload a run, a sweep or a converted model to the Hugging Face Hub",
+        description="Upload a training run's final export with its model card (and with --revisions every "
+                    "checkpoint as a branch step-NNNNNN), every finished run of a sweep plus a collection, or a "
+                    "`depthbench convert` output. Only changed files are uploaded. Authentication: HF_TOKEN or "
+                    "`hf auth login`.")
+    p.add_argument("path", help="run folder, sweep folder (with sweep.json) or HF model folder")
+    p.add_argument("--repo", help="target repository NAMESPACE/NAME (runs only; default: the organisation's name "
+                                  "<arch>-lr<lr>-llama-<budget>-L<depth>-pretrain, or <source>-hf for conversions)")
+    p.add_argument("--org", help="namespace of default names (default aspect-ratio-scaling)")
+    p.add_argument("--private", action="store_true", help="create the repositories (and collection) private")
+    p.add_argument("--revisions", action="store_true", help="also upload every checkpoint to a branch step-NNNNNN")
+    p.add_argument("--dry-run", action="store_true", help="print the plan (repos, branches, files, sizes) only")
+    p.add_argument("--lm-eval-json", help="lm-eval results JSON to add to the card's model-index")
+    p.set_defaults(func=run_cli)

@@ -1,0 +1,127 @@
+"""The package layout keeps its promises: no import cycles among the package's own modules (counting imports
+inside functions too, which Python only runs later but which still tie two modules together), and every module
+imports on its own in a fresh interpreter (nothing depends on another module having been imported first).
+
+Run: ``python -m pytest tests/test_layout.py -q``
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import depthbench.modeling  # binds `depthbench` too
+
+ROOTS = {"depthbench": Path(depthbench.__file__).parent,
+         "depthbench.modeling": Path(depthbench.modeling.__file__).parent}
+
+
+def _modules() -> dict[str, Path]:
+    """``{dotted module name: file}`` of every module of the package (``depthbench.modeling`` is its own root)."""
+    out = {}
+    for prefix, root in ROOTS.items():
+        for path in sorted(root.rglob("*.py")):
+            rel = path.relative_to(root).with_suffix("").parts
+            if rel[-1] == "__init__":
+                rel = rel[:-1]
+            name = ".".join((prefix, *rel))
+            if prefix == "depthbench" and name.startswith("depthbench.modeling"):
+                continue
+            out[name] = path
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's own modules that ``name`` imports anywhere in its file (top level or inside functions)."""
+    is_package = path.name == "__init__.py"
+    package = name if is_package else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[:len(parts) - (node.level - 1)]
+                base = ".".join([*parts, *([base] if base else [])])
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        for target in targets:
+            if target in modules and target != name:
+                found.add(target)
+    # importing a submodule runs its packages' __init__ first (not an edge from a package's own submodules)
+    for target in list(found):
+        parts = target.split(".")
+        for i in range(1, len(parts)):
+            parent = ".".join(parts[:i])
+            if parent in modules and parent != name and not name.startswith(parent + ".") and parent != "depthbench":
+                found.add(parent)
+    return found
+
+
+def test_no_import_cycles_among_the_package_modules():
+    modules = _modules()
+    assert {"depthbench.train", "depthbench.checkpoint", "depthbench.sweep", "depthbench.report", "depthbench.demo",
+            "depthbench.data", "depthbench.data.prepare", "depthbench.data.loader",
+            "depthbench.modeling.modeling_depthbench"} <= set(modules)
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    assert "depthbench.checkpoint" in graph["depthbench.train"] and "depthbench.report" in graph["depthbench.sweep"]
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles: " + "; ".join(cycles)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Every back edge of a depth-first search of ``graph``, as ``a -> b -> a`` (empty: no cycle)."""
+    cycles: list[str] = []
+    state: dict[str, str] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = "open"
+        for dep in sorted(graph[node]):
+            if state.get(dep) == "open":
+                cycles.append(" -> ".join([*stack[stack.index(dep):], dep]))
+            elif dep not in state:
+                visit(dep, [*stack, dep])
+        state[node] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    return cycles
+
+
+def test_the_cycle_check_sees_a_cycle(tmp_path, monkeypatch):
+    """The checker itself: two modules importing each other (one of them inside a function) form a cycle."""
+    root = tmp_path / "pkg"
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "a.py").write_text("from pkg import b\n")
+    (root / "b.py").write_text("def f():\n    from pkg.a import x\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOTS", {"pkg": root})
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    assert graph == {"pkg": set(), "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}}
+    assert _cycles(graph) == ["pkg.a -> pkg.b -> pkg.a"]
+
+
+def test_every_module_imports_on_its_own_in_a_fresh_interpreter():
+    """A fresh child interpreter imports the modules one by one and drops every ``depthbench`` module from
+    ``sys.modules`` before each import, so each one is imported with nothing of the package loaded (one process
+    instead of one per module: torch is imported once)."""
+    names = sorted(_modules())
+    script = (
+        "import importlib, sys\n"
+        f"for name in {names!r}:\n"
+        "    for loaded in [m for m in sys.modules if m == 'depthbench' or m.startswith('depthbench.')]:\n"
+        "        del sys.modules[loaded]\n"
+        "    importlib.import_module(name)\n"
+        "print('ok', len(" + repr(names) + "))\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == f"ok {len(names)}"
