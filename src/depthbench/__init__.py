@@ -88,22 +88,34 @@ class _AutoRegistration(importlib.abc.MetaPathFinder):
     loading = 0  # watched modules whose import is in progress
     finder: _AutoRegistration | None = None
 
+    # Marks finders of this kind even across re-imports of depthbench (each import defines a new class).
+    _depthbench_auto_registration = True
+
+    def __init__(self):
+        self._busy = False  # re-entrancy guard: the other finders may import watched modules themselves
+
     def find_spec(self, fullname, path, target=None):
-        if fullname.split(".", 1)[0] not in _WATCHED:
+        if self._busy or fullname.split(".", 1)[0] not in _WATCHED:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _NotifyingLoader(spec.loader)
-                return spec
-        return None
+        self._busy = True
+        try:
+            for finder in sys.meta_path:
+                if getattr(finder, "_depthbench_auto_registration", False) or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                        spec.loader = _NotifyingLoader(spec.loader)
+                    return spec
+            return None
+        finally:
+            self._busy = False
 
     @classmethod
     def install(cls) -> None:
         if cls.finder is None and not cls.done:
+            # A re-imported depthbench (its modules dropped from sys.modules) replaces the earlier finder.
+            sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "_depthbench_auto_registration", False)]
             cls.finder = cls()
             sys.meta_path.insert(0, cls.finder)
 
