@@ -3,7 +3,7 @@
 * every registered architecture's training forward (residual wiring included) traces into one graph with no graph
   break (``torch._dynamo.explain``; fast, default suite);
 * compiled losses and gradients equal eager ones within 1e-5, for every architecture (slow: Inductor compiles on
-  CPU take ~0.5-4 min per architecture on a shared 2-core machine);
+  CPU took 4-9 min per architecture on the shared 2-core machine at load ~9);
 * ``compile_model`` compiles in place: same module, same parameter names.
 
     python -m pytest tests/test_compiled.py -q                 # explain + in-place checks
