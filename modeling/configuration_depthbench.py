@@ -9,8 +9,11 @@ Field names follow ``transformers.LlamaConfig`` wherever the meaning is the same
 """
 
 from transformers import PretrainedConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 NORM_TYPES = ("rmsnorm", "layernorm")
+#: RoPE variants ``rope_parameters["rope_type"]`` may name: plain RoPE and transformers' scaled variants.
+ROPE_TYPES = ("default", *ROPE_INIT_FUNCTIONS)
 
 
 class DepthBenchConfig(PretrainedConfig):
@@ -29,7 +32,12 @@ class DepthBenchConfig(PretrainedConfig):
         head_dim: Per-head width; defaults to ``hidden_size // num_attention_heads``. Must be even (RoPE).
         max_position_embeddings: Longest sequence the model is trained for (lm-eval reads it as max length).
         rms_norm_eps: Epsilon of every norm.
-        rope_theta: RoPE base.
+        rope_theta: RoPE base (kept in sync with ``rope_parameters["rope_theta"]``).
+        rope_parameters: RoPE variant and scaling, exactly as ``LlamaConfig.rope_parameters``:
+            ``{"rope_type": "default" | "linear" | "dynamic" | "yarn" | "longrope" | "llama3", "rope_theta": ...,
+            "factor": ..., ...}`` (the legacy ``rope_scaling`` keyword is accepted too). ``None`` means plain RoPE
+            with ``rope_theta``. Scaled variants extend the context of a trained model (e.g. ``{"rope_type":
+            "linear", "factor": 4.0}``); transformers' own RoPE initialisation functions compute the frequencies.
         initializer_range: Std of the truncated-normal init (cut at 3 std).
         tie_word_embeddings: Tie ``lm_head`` to ``embed_tokens`` (the study does not).
         norm_type: ``"rmsnorm"`` (default) or ``"layernorm"`` (mean-centred, gain only, no bias).
@@ -77,8 +85,12 @@ class DepthBenchConfig(PretrainedConfig):
         **kwargs,
     ):
         rope_parameters = kwargs.pop("rope_parameters", None)
-        if isinstance(rope_parameters, dict) and "rope_theta" in rope_parameters:  # a Llama-v5 style config
-            rope_theta = rope_parameters["rope_theta"]
+        if isinstance(rope_parameters, dict):  # a Llama-v5 style config; never mutate the caller's dict
+            rope_parameters = dict(rope_parameters)
+            rope_theta = rope_parameters.get("rope_theta", rope_theta)
+        # transformers' PretrainedConfig.__init__ standardises `rope_parameters` (and a legacy `rope_scaling`)
+        # into {"rope_type", "rope_theta", ...} because the attribute exists, as it does for LlamaConfig.
+        self.rope_parameters = rope_parameters
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         self.intermediate_size = intermediate_size
@@ -99,7 +111,12 @@ class DepthBenchConfig(PretrainedConfig):
         self.attention_bias = False
         self.mlp_bias = False
         self.use_cache = use_cache
+        # Our checks first (clear ValueErrors naming the field): transformers' own validators run inside the base
+        # __init__ and would otherwise report, e.g., an odd head_dim or a missing RoPE factor less clearly.
+        self.validate()
         super().__init__(**kwargs)
+        if isinstance(self.rope_parameters, dict) and "rope_theta" in self.rope_parameters:
+            self.rope_theta = self.rope_parameters["rope_theta"]
         # Token ids are set after the base __init__, which does not declare them as fields in transformers 5.x.
         self.pad_token_id = pad_token_id
         self.bos_token_id = bos_token_id
@@ -134,9 +151,25 @@ class DepthBenchConfig(PretrainedConfig):
                     self.rms_norm_eps, "a positive number")
         self._check(isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0, "rope_theta",
                     self.rope_theta, "a positive number")
+        self._validate_rope_parameters()
         self._check(isinstance(self.initializer_range, (int, float)) and self.initializer_range > 0,
                     "initializer_range", self.initializer_range, "a positive number")
         self._check(0.0 <= self.attention_dropout < 1.0, "attention_dropout", self.attention_dropout, "in [0, 1)")
+
+    def _validate_rope_parameters(self) -> None:
+        rope = self.rope_parameters
+        if rope is None:  # before the base __init__ standardised it: plain RoPE with rope_theta
+            return
+        self._check(isinstance(rope, dict), "rope_parameters", rope, "a dict like LlamaConfig's rope_parameters")
+        self._check_rope_scaling(rope.get("rope_type", rope.get("type", "default")), rope.get("factor"))
+        if getattr(self, "_post_init_done", False) and hasattr(self, "validate_rope"):
+            self.validate_rope()  # transformers' own per-type checks (required keys, ranges)
+
+    def _check_rope_scaling(self, rope_type, factor) -> None:
+        self._check(rope_type in ROPE_TYPES, "rope_parameters['rope_type']", rope_type, f"one of {list(ROPE_TYPES)}")
+        if rope_type != "default":
+            ok = isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor >= 1.0
+            self._check(ok, "rope_parameters['factor']", factor, f"a number >= 1 for rope_type={rope_type!r}")
 
     # ------------------------------------------------------------------------------------------ parameter counts
     def num_extra_parameters(self) -> int:

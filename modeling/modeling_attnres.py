@@ -32,6 +32,9 @@ from .modeling_depthbench import (
     Branch,
     DecoderLayer,
     DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
     DepthBenchModel,
     Norm,
     Residual,
@@ -364,5 +367,35 @@ class BlockAttnResModel(DepthBenchModel):
 
 
 class BlockAttnResForCausalLM(DepthBenchForCausalLM):
+    config_class = BlockAttnResConfig
+    model_class = BlockAttnResModel
+
+
+class AttnResForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = AttnResConfig
+    model_class = AttnResModel
+
+
+class AttnResForTokenClassification(DepthBenchForTokenClassification):
+    config_class = AttnResConfig
+    model_class = AttnResModel
+
+
+class AttnResForQuestionAnswering(DepthBenchForQuestionAnswering):
+    config_class = AttnResConfig
+    model_class = AttnResModel
+
+
+class BlockAttnResForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = BlockAttnResConfig
+    model_class = BlockAttnResModel
+
+
+class BlockAttnResForTokenClassification(DepthBenchForTokenClassification):
+    config_class = BlockAttnResConfig
+    model_class = BlockAttnResModel
+
+
+class BlockAttnResForQuestionAnswering(DepthBenchForQuestionAnswering):
     config_class = BlockAttnResConfig
     model_class = BlockAttnResModel

@@ -8,7 +8,18 @@ import math
 import torch
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring, upcast
+from .modeling_depthbench import (
+    Branch,
+    DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
+    DepthBenchModel,
+    Norm,
+    Residual,
+    Wiring,
+    upcast,
+)
 
 DEEPNORM_BASE_INITS = ("normal", "xavier")
 
@@ -126,5 +137,20 @@ class DeepNormModel(DepthBenchModel):
 
 
 class DeepNormForCausalLM(DepthBenchForCausalLM):
+    config_class = DeepNormConfig
+    model_class = DeepNormModel
+
+
+class DeepNormForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = DeepNormConfig
+    model_class = DeepNormModel
+
+
+class DeepNormForTokenClassification(DepthBenchForTokenClassification):
+    config_class = DeepNormConfig
+    model_class = DeepNormModel
+
+
+class DeepNormForQuestionAnswering(DepthBenchForQuestionAnswering):
     config_class = DeepNormConfig
     model_class = DeepNormModel

@@ -16,7 +16,18 @@ from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import Branch, DecoderLayer, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring
+from .modeling_depthbench import (
+    Branch,
+    DecoderLayer,
+    DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
+    DepthBenchModel,
+    Norm,
+    Residual,
+    Wiring,
+)
 
 
 class DenseFormerConfig(DepthBenchConfig):
@@ -160,5 +171,20 @@ class DenseFormerModel(DepthBenchModel):
 
 
 class DenseFormerForCausalLM(DepthBenchForCausalLM):
+    config_class = DenseFormerConfig
+    model_class = DenseFormerModel
+
+
+class DenseFormerForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = DenseFormerConfig
+    model_class = DenseFormerModel
+
+
+class DenseFormerForTokenClassification(DepthBenchForTokenClassification):
+    config_class = DenseFormerConfig
+    model_class = DenseFormerModel
+
+
+class DenseFormerForQuestionAnswering(DepthBenchForQuestionAnswering):
     config_class = DenseFormerConfig
     model_class = DenseFormerModel

@@ -13,7 +13,17 @@ import torch
 from torch import nn
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring
+from .modeling_depthbench import (
+    Branch,
+    DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
+    DepthBenchModel,
+    Norm,
+    Residual,
+    Wiring,
+)
 
 DEPTH_SCALING_AXES = ("depth-only", "depth-width")
 
@@ -212,5 +222,35 @@ class CompletePModel(DepthBenchModel):
 
 
 class CompletePForCausalLM(_DepthScaledForCausalLM):
+    config_class = CompletePConfig
+    model_class = CompletePModel
+
+
+class DepthMuPForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = DepthMuPConfig
+    model_class = DepthMuPModel
+
+
+class DepthMuPForTokenClassification(DepthBenchForTokenClassification):
+    config_class = DepthMuPConfig
+    model_class = DepthMuPModel
+
+
+class DepthMuPForQuestionAnswering(DepthBenchForQuestionAnswering):
+    config_class = DepthMuPConfig
+    model_class = DepthMuPModel
+
+
+class CompletePForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = CompletePConfig
+    model_class = CompletePModel
+
+
+class CompletePForTokenClassification(DepthBenchForTokenClassification):
+    config_class = CompletePConfig
+    model_class = CompletePModel
+
+
+class CompletePForQuestionAnswering(DepthBenchForQuestionAnswering):
     config_class = CompletePConfig
     model_class = CompletePModel

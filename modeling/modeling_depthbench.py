@@ -30,15 +30,25 @@ from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 from torch import nn
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import AutoModel, GenerationMixin, PreTrainedModel
 from transformers import initialization as hf_init
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.masking_utils import create_causal_mask
-from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_layers import (
+    GenericForQuestionAnswering,
+    GenericForSequenceClassification,
+    GenericForTokenClassification,
+    GradientCheckpointingLayer,
+)
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import can_return_tuple
+from transformers.utils.deprecation import deprecate_kwarg
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_depthbench import DepthBenchConfig
 
@@ -50,6 +60,15 @@ Branch = Callable[..., torch.Tensor]
 
 # transformers 5.24 renamed the cache keyword/field `past_key_values` -> `cache`; support both 5.23 and 5.24.
 _CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+if _CACHE_FIELD == "cache":
+    # As the installed transformers' own Llama: the old keyword still works, with a FutureWarning.
+    renamed_cache_kwarg = deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+else:
+
+    def renamed_cache_kwarg(forward: Callable) -> Callable:
+        """transformers 5.23: ``past_key_values`` is the current name (Llama accepts it silently), so do we."""
+        return forward
 
 
 # ================================================================================================ backbone pieces
@@ -104,25 +123,44 @@ def make_norm(config: DepthBenchConfig, hidden_size: int | None = None) -> nn.Mo
 
 
 def rope_inv_freq(config: DepthBenchConfig) -> torch.Tensor:
-    """Inverse RoPE frequencies ``theta^(-2i/head_dim)`` for i in [0, head_dim/2)."""
+    """Inverse RoPE frequencies ``theta^(-2i/head_dim)`` for i in [0, head_dim/2) (plain, unscaled RoPE)."""
     dim = config.head_dim
     return 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
 
 
+def rope_init(config: DepthBenchConfig, device: torch.device | None = None) -> tuple[torch.Tensor, float]:
+    """``(inv_freq [head_dim/2], attention_scaling)`` of the config's RoPE variant (``rope_parameters``): plain
+    RoPE, or one of transformers' scaled variants (linear, dynamic NTK, YaRN, LongRoPE, Llama 3), computed by
+    transformers' own ``ROPE_INIT_FUNCTIONS`` exactly as for ``LlamaRotaryEmbedding``."""
+    rope_type = config.rope_parameters.get("rope_type", "default")
+    if rope_type == "default":
+        return rope_inv_freq(config).to(device), 1.0
+    return ROPE_INIT_FUNCTIONS[rope_type](config, device)
+
+
 class RotaryEmbedding(nn.Module):
-    """Rotate-half RoPE. ``inv_freq`` is a non-persistent buffer, recomputed in ``_init_weights`` after loading."""
+    """Rotate-half RoPE with Llama's ``rope_parameters`` variants (the dynamic ones update ``inv_freq`` with the
+    sequence length through transformers' ``dynamic_rope_update``). ``inv_freq`` and ``original_inv_freq`` are
+    non-persistent buffers, recomputed in ``_init_weights`` after loading; ``attention_scaling`` (YaRN, LongRoPE)
+    multiplies cos and sin, so it scales every query and key, as in Llama."""
 
     def __init__(self, config: DepthBenchConfig):
         super().__init__()
         self.config = config
-        self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
+        self.rope_type = config.rope_parameters.get("rope_type", "default")
+        self.max_seq_len_cached = self.original_max_seq_len = config.max_position_embeddings
+        inv_freq, self.attention_scaling = rope_init(config)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("original_inv_freq", inv_freq.clone(), persistent=False)
 
     @torch.no_grad()
+    @dynamic_rope_update
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         dtype = torch.promote_types(x.dtype, torch.float32)
         freqs = position_ids[..., None].to(dtype) * self.inv_freq.to(device=x.device, dtype=dtype)  # [B,T,hd/2]
         emb = torch.cat((freqs, freqs), dim=-1)  # [B,T,hd]
-        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        cos, sin = emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
+        return cos.to(x.dtype), sin.to(x.dtype)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -239,7 +277,7 @@ class Residual(nn.Module):
         self.layer_idx = index // 2
         self.is_attention = index % 2 == 0
 
-    def forward(self, stream, norm: Callable[[torch.Tensor], torch.Tensor], branch: Branch):
+    def forward(self, stream, norm: Norm, branch: Branch):
         return stream + branch(norm(stream))
 
     def reset_parameters(self, config: DepthBenchConfig) -> None:
@@ -316,8 +354,52 @@ class Wiring(nn.Module):
         return [(model.layers[i], model.layers[j])]
 
 
+def stream_checkpointing(checkpoint_fn: Callable) -> Callable:
+    """Adapt a checkpointing function (``torch.utils.checkpoint.checkpoint`` with its keywords bound) to streams
+    that are pytrees of tensors (NamedTuples, tuples of tensors, ``None`` and ints), not single tensors.
+
+    Reentrant checkpointing (``use_reentrant=True``, what PEFT enables in many setups) runs the block inside an
+    ``autograd.Function``, which sees only top-level tensor arguments and returns its outputs as a plain tuple: a
+    NamedTuple stream would lose its type and its tensors would get no gradient. The adapter hands the checkpoint
+    the stream's flattened leaves and rebuilds the stream (input and output) around the block, so both modes give
+    the same loss and gradients. Tensor streams pass through untouched.
+    """
+    if getattr(checkpoint_fn, "_depthbench_stream_adapter", False):
+        return checkpoint_fn
+
+    def checkpoint_stream(function: Callable, *args):
+        if all(isinstance(a, torch.Tensor) for a in args):
+            return checkpoint_fn(function, *args)
+        leaves, spec = pytree.tree_flatten(args)
+        out_spec: list = []
+
+        def flat_function(*flat_leaves):
+            out_leaves, tree = pytree.tree_flatten(function(*pytree.tree_unflatten(list(flat_leaves), spec)))
+            out_spec[:] = [tree]  # the same on the backward re-computation
+            return tuple(out_leaves)
+
+        out = checkpoint_fn(flat_function, *leaves)
+        return pytree.tree_unflatten(list(out), out_spec[0])
+
+    checkpoint_stream._depthbench_stream_adapter = True
+    return checkpoint_stream
+
+
 class DecoderLayer(GradientCheckpointingLayer):
-    """One transformer block: attention and MLP sublayers, each wrapped by its residual module."""
+    """One transformer block: attention and MLP sublayers, each wrapped by its residual module.
+
+    Gradient checkpointing goes through :func:`stream_checkpointing`, so both ``use_reentrant`` modes work for
+    streams that are not single tensors.
+    """
+
+    @property
+    def _gradient_checkpointing_func(self) -> Callable | None:
+        return self.__dict__.get("_stream_checkpointing_func")
+
+    @_gradient_checkpointing_func.setter
+    def _gradient_checkpointing_func(self, checkpoint_fn: Callable) -> None:
+        # transformers' `_set_gradient_checkpointing` assigns the checkpoint function here; adapt it to streams.
+        self.__dict__["_stream_checkpointing_func"] = stream_checkpointing(checkpoint_fn)
 
     def __init__(self, config: DepthBenchConfig, layer_idx: int, wiring: Wiring):
         super().__init__()
@@ -367,7 +449,12 @@ class DepthBenchPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_flex_attn = True
     _supports_attention_backend = True
-    _can_compile_fullgraph = False
+    # Every architecture's forward traces without graph breaks (torch.compile(fullgraph=True)) with a static cache,
+    # so `generate` may compile its decoding step (tests/test_contract_hf.py checks this over the registry).
+    _can_compile_fullgraph = True
+    # `output_attentions=True` collects every attention module's weights (output index 1) through transformers'
+    # output recording (`capture_outputs` on the base model's forward), as Llama does.
+    _can_record_outputs = {"attentions": OutputRecorder(Attention, index=1)}
 
     def _init_weights(self, module: nn.Module) -> None:
         """Truncated-normal (cut at 3 std) linears and embeddings, unit norm gains, recomputed RoPE frequencies,
@@ -381,7 +468,9 @@ class DepthBenchPreTrainedModel(PreTrainedModel):
         elif isinstance(module, (RMSNorm, LayerNorm)):
             hf_init.ones_(module.weight)
         elif isinstance(module, RotaryEmbedding):
-            hf_init.copy_(module.inv_freq, rope_inv_freq(module.config).to(module.inv_freq.device))
+            inv_freq, _ = rope_init(module.config, module.inv_freq.device)
+            hf_init.copy_(module.inv_freq, inv_freq)
+            hf_init.copy_(module.original_inv_freq, inv_freq)
         if isinstance(module, (Residual, Wiring)):
             module.reset_parameters(self.config)
 
@@ -397,6 +486,21 @@ class DepthBenchPreTrainedModel(PreTrainedModel):
                 if n == "bias" or n in getattr(module, "no_decay", ()):
                     names.add(f"{prefix}{n}")
         return names
+
+    def _decoder_class(self) -> type["DepthBenchModel"]:
+        """The architecture's decoder class (``model_class`` of a model with a head, the class itself otherwise)."""
+        return getattr(self, "model_class", None) or type(self)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """``PreTrainedModel.save_pretrained`` plus a complete ``auto_map`` (AutoConfig, AutoModel, the causal LM
+        and every task head of the architecture), so every Auto class loads the checkpoint with
+        ``trust_remote_code=True``, whichever of the models was saved."""
+        decoder = self._decoder_class()
+        self.config.auto_map = {
+            "AutoConfig": _class_path(type(self.config)),
+            **{auto: _class_path(cls) for auto, cls in getattr(decoder, "auto_classes", {}).items()},
+        }
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     # ------------------------------------------------------------------------------------ analysis interventions
     def _base(self) -> "DepthBenchModel":
@@ -471,6 +575,14 @@ class DepthBenchModel(DepthBenchPreTrainedModel):
     _auto_class = "AutoModel"  # save_pretrained copies the modeling files (remote code) and writes auto_map
 
     wiring_class: type[Wiring] = Wiring
+    #: Auto class name -> class, for every model built on this decoder: itself ("AutoModel"), then the causal LM
+    #: and the task heads as their classes are defined (``DecoderHead.__init_subclass__``). ``save_pretrained``
+    #: writes them all into ``auto_map`` and the registry registers them with the Auto classes.
+    auto_classes: dict[str, type] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.auto_classes = {"AutoModel": cls}
     layer_class: type[DecoderLayer] = DecoderLayer
 
     def __init__(self, config: DepthBenchConfig):
@@ -498,7 +610,22 @@ class DepthBenchModel(DepthBenchPreTrainedModel):
         """The final norm as the plain function :meth:`Wiring.exit` receives."""
         return self.norm(hidden_states)
 
-    @can_return_tuple
+    def _check_attention_outputs(self, output_attentions: bool | None) -> None:
+        """Attention weights exist only with the eager backend: refuse at once, naming the fix, instead of
+        returning nothing (sdpa, flash and flex never materialise them)."""
+        if (output_attentions if output_attentions is not None else self.config.output_attentions) and (
+            self.config._attn_implementation != "eager"
+        ):
+            raise ValueError(
+                f"output_attentions=True needs attn_implementation='eager', but this {self.config.model_type} model "
+                f"uses {self.config._attn_implementation!r}, which does not return attention weights. Load it with "
+                "attn_implementation='eager' (or output_attentions=True in from_pretrained), or call "
+                "model.set_attn_implementation('eager') first."
+            )
+
+    @renamed_cache_kwarg
+    @merge_with_config_defaults
+    @capture_outputs
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -512,9 +639,13 @@ class DepthBenchModel(DepthBenchPreTrainedModel):
         _depth_states: list | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
+        """The decoder. ``output_attentions=True`` (eager backend) adds every attention's weights, recorded by
+        transformers' output capturing; ``output_hidden_states=True`` adds the :meth:`Wiring.readout` in front of
+        every block plus the final normed state. Other keywords reach the attention backend (as in Llama)."""
         cache = cache if cache is not None else past_key_values
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        self._check_attention_outputs(kwargs.get("output_attentions"))
         use_cache = use_cache if use_cache is not None else self.config.use_cache
         if self.gradient_checkpointing and self.training:
             use_cache = False
@@ -528,7 +659,13 @@ class DepthBenchModel(DepthBenchPreTrainedModel):
         if position_ids is None:
             past_seen = cache.get_seq_length() if cache is not None else 0
             position_ids = (torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen)[None]
-        mask = create_causal_mask(self.config, inputs_embeds, attention_mask, cache, position_ids=position_ids)
+        # An empty dynamic cache sizes the mask exactly like no cache; leaving it out lets transformers detect
+        # padding-free packed batches (position_ids restarting per document, no attention_mask) in an eval forward
+        # too, not only in training (Llama would let the documents attend to each other there).
+        fresh = cache is not None and not cache.is_compileable and cache.get_seq_length() == 0
+        mask = create_causal_mask(
+            self.config, inputs_embeds, attention_mask, None if fresh else cache, position_ids=position_ids
+        )
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
 
         stream = self.wiring.enter(inputs_embeds)
@@ -538,8 +675,11 @@ class DepthBenchModel(DepthBenchPreTrainedModel):
         for idx, layer in enumerate(self.layers):
             if hidden_states is not None:
                 hidden_states.append(self.wiring.readout(stream))
+            # position_ids reach the attention backend as in Llama: flash-attention kernels find the documents of
+            # a padding-free packed batch from them (no mask is built for those backends).
             stream = layer(
-                stream, attention_mask=mask, position_embeddings=position_embeddings, cache=cache, **kwargs
+                stream, attention_mask=mask, position_embeddings=position_embeddings, cache=cache,
+                position_ids=position_ids, **kwargs,
             )
             if _depth_states is not None:
                 nxt = self.layers[idx + 1] if idx + 1 < len(self.layers) else None
@@ -554,10 +694,22 @@ class DepthBenchModel(DepthBenchPreTrainedModel):
         )
 
 
-class DepthBenchForCausalLM(DepthBenchPreTrainedModel, GenerationMixin):
-    """Decoder + untied (by default) LM head. Architectures subclass it and set :attr:`model_class`."""
+class DecoderHead:
+    """Mixin of every model that puts a head on an architecture's decoder (``model_class``): the causal LM and
+    the task heads. Defining a subclass with its own ``model_class`` records it in ``model_class.auto_classes``
+    under its ``_auto_class``."""
 
     model_class: type[DepthBenchModel] = DepthBenchModel
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "model_class" in cls.__dict__ and getattr(cls, "_auto_class", None):
+            cls.model_class.auto_classes[cls._auto_class] = cls
+
+
+class DepthBenchForCausalLM(DecoderHead, DepthBenchPreTrainedModel, GenerationMixin):
+    """Decoder + untied (by default) LM head. Architectures subclass it and set :attr:`model_class`."""
+
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
     _auto_class = "AutoModelForCausalLM"
 
@@ -567,16 +719,6 @@ class DepthBenchForCausalLM(DepthBenchPreTrainedModel, GenerationMixin):
         self.vocab_size = config.vocab_size
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """``PreTrainedModel.save_pretrained`` plus a complete ``auto_map`` (AutoConfig, AutoModel and
-        AutoModelForCausalLM), so every Auto class loads the checkpoint with ``trust_remote_code=True``."""
-        self.config.auto_map = {
-            "AutoConfig": _class_path(type(self.config)),
-            "AutoModel": _class_path(self.model_class),
-            "AutoModelForCausalLM": _class_path(type(self)),
-        }
-        return super().save_pretrained(save_directory, *args, **kwargs)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.model.embed_tokens
@@ -590,6 +732,7 @@ class DepthBenchForCausalLM(DepthBenchPreTrainedModel, GenerationMixin):
     def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.lm_head = new_embeddings
 
+    @renamed_cache_kwarg
     @can_return_tuple
     def forward(
         self,
@@ -600,16 +743,16 @@ class DepthBenchForCausalLM(DepthBenchPreTrainedModel, GenerationMixin):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
-        output_hidden_states: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         past_key_values: Cache | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast:
-        """Causal LM forward. ``labels`` are the (unshifted) input ids; positions with -100 are ignored; the loss
-        is the mean next-token cross-entropy, or the sum divided by ``num_items_in_batch`` when the Trainer
-        passes it (gradient accumulation)."""
+        """Causal LM forward. ``labels`` are the (unshifted) input ids; positions with -100 are ignored. Every
+        other keyword reaches both the decoder and transformers' causal-LM loss (``self.loss_function``), as in
+        Llama: ``num_items_in_batch`` (the Trainer's gradient accumulation: summed loss / count),
+        ``ignore_index`` and ``shift_labels`` (targets already shifted, e.g. by sequence/context parallelism, used
+        instead of shifting ``labels``)."""
         cache = cache if cache is not None else past_key_values
-        loss_kwargs = {k: kwargs.pop(k) for k in ("num_items_in_batch", "ignore_index") if k in kwargs}
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -617,7 +760,6 @@ class DepthBenchForCausalLM(DepthBenchPreTrainedModel, GenerationMixin):
             cache=cache,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
-            output_hidden_states=output_hidden_states,
             **kwargs,
         )
         hidden = outputs.last_hidden_state
@@ -625,10 +767,41 @@ class DepthBenchForCausalLM(DepthBenchPreTrainedModel, GenerationMixin):
         logits = self.lm_head(hidden[:, keep, :])
         loss = None
         if labels is not None:
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs)
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
             hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
             **{_CACHE_FIELD: getattr(outputs, _CACHE_FIELD)},
         )
+
+
+# ================================================================================================ task heads
+class TaskHead(DecoderHead):
+    """Mixin of the task heads: transformers' generic heads (``GenericForSequenceClassification`` & co., the
+    classes ``LlamaForSequenceClassification`` & co. are made of) on the architecture's decoder. The generic
+    heads build their decoder with ``AutoModel.from_config``; the config class is mapped to this architecture's
+    decoder first, which also holds in a process that loaded the classes as remote code (without depthbench)."""
+
+    def __init__(self, config: DepthBenchConfig):
+        AutoModel.register(type(config), self.model_class, exist_ok=True)
+        super().__init__(config)
+
+
+class DepthBenchForSequenceClassification(TaskHead, GenericForSequenceClassification, DepthBenchPreTrainedModel):
+    """Sequence classification/regression from the last non-pad token (``config.num_labels``, ``problem_type``)."""
+
+    _auto_class = "AutoModelForSequenceClassification"
+
+
+class DepthBenchForTokenClassification(TaskHead, GenericForTokenClassification, DepthBenchPreTrainedModel):
+    """Per-token classification (``config.num_labels``; dropout ``classifier_dropout``, default 0.1)."""
+
+    _auto_class = "AutoModelForTokenClassification"
+
+
+class DepthBenchForQuestionAnswering(TaskHead, GenericForQuestionAnswering, DepthBenchPreTrainedModel):
+    """Extractive question answering: start/end logits per token."""
+
+    _auto_class = "AutoModelForQuestionAnswering"

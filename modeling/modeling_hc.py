@@ -19,7 +19,18 @@ from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring, upcast
+from .modeling_depthbench import (
+    Branch,
+    DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
+    DepthBenchModel,
+    Norm,
+    Residual,
+    Wiring,
+    upcast,
+)
 
 READOUTS = ("mean", "sum", "sum_norm")
 
@@ -275,5 +286,20 @@ class HCModel(DepthBenchModel):
 
 
 class HCForCausalLM(DepthBenchForCausalLM):
+    config_class = HCConfig
+    model_class = HCModel
+
+
+class HCForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = HCConfig
+    model_class = HCModel
+
+
+class HCForTokenClassification(DepthBenchForTokenClassification):
+    config_class = HCConfig
+    model_class = HCModel
+
+
+class HCForQuestionAnswering(DepthBenchForQuestionAnswering):
     config_class = HCConfig
     model_class = HCModel

@@ -10,6 +10,9 @@ from .configuration_depthbench import DepthBenchConfig
 from .modeling_depthbench import (
     Branch,
     DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
     DepthBenchModel,
     Norm,
     Residual,
@@ -98,5 +101,20 @@ class KeelModel(DepthBenchModel):
 
 
 class KeelForCausalLM(DepthBenchForCausalLM):
+    config_class = KeelConfig
+    model_class = KeelModel
+
+
+class KeelForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = KeelConfig
+    model_class = KeelModel
+
+
+class KeelForTokenClassification(DepthBenchForTokenClassification):
+    config_class = KeelConfig
+    model_class = KeelModel
+
+
+class KeelForQuestionAnswering(DepthBenchForQuestionAnswering):
     config_class = KeelConfig
     model_class = KeelModel

@@ -9,7 +9,17 @@ import torch
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring
+from .modeling_depthbench import (
+    Branch,
+    DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
+    DepthBenchModel,
+    Norm,
+    Residual,
+    Wiring,
+)
 
 LNS_SCALE_MODES = ("layer", "depth")
 
@@ -91,5 +101,20 @@ class LNSModel(DepthBenchModel):
 
 
 class LNSForCausalLM(DepthBenchForCausalLM):
+    config_class = LNSConfig
+    model_class = LNSModel
+
+
+class LNSForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = LNSConfig
+    model_class = LNSModel
+
+
+class LNSForTokenClassification(DepthBenchForTokenClassification):
+    config_class = LNSConfig
+    model_class = LNSModel
+
+
+class LNSForQuestionAnswering(DepthBenchForQuestionAnswering):
     config_class = LNSConfig
     model_class = LNSModel

@@ -13,7 +13,17 @@ from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, upcast
+from .modeling_depthbench import (
+    Branch,
+    DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
+    DepthBenchModel,
+    Norm,
+    Residual,
+    upcast,
+)
 from .modeling_hc import (
     READOUTS,
     HyperConnectionWiring,
@@ -262,3 +272,17 @@ class MHCForCausalLM(DepthBenchForCausalLM):
     config_class = MHCConfig
     model_class = MHCModel
 
+
+class MHCForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = MHCConfig
+    model_class = MHCModel
+
+
+class MHCForTokenClassification(DepthBenchForTokenClassification):
+    config_class = MHCConfig
+    model_class = MHCModel
+
+
+class MHCForQuestionAnswering(DepthBenchForQuestionAnswering):
+    config_class = MHCConfig
+    model_class = MHCModel

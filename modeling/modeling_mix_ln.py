@@ -8,7 +8,18 @@ import math
 import torch
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring, upcast
+from .modeling_depthbench import (
+    Branch,
+    DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
+    DepthBenchModel,
+    Norm,
+    Residual,
+    Wiring,
+    upcast,
+)
 
 
 class MixLNConfig(DepthBenchConfig):
@@ -77,5 +88,20 @@ class MixLNModel(DepthBenchModel):
 
 
 class MixLNForCausalLM(DepthBenchForCausalLM):
+    config_class = MixLNConfig
+    model_class = MixLNModel
+
+
+class MixLNForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = MixLNConfig
+    model_class = MixLNModel
+
+
+class MixLNForTokenClassification(DepthBenchForTokenClassification):
+    config_class = MixLNConfig
+    model_class = MixLNModel
+
+
+class MixLNForQuestionAnswering(DepthBenchForQuestionAnswering):
     config_class = MixLNConfig
     model_class = MixLNModel

@@ -26,11 +26,15 @@ from .modeling_depthbench import (
     Attention,
     Branch,
     DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
     DepthBenchModel,
     Norm,
     Residual,
     Wiring,
     apply_rotary_pos_emb,
+    rope_init,
     upcast,
 )
 
@@ -134,16 +138,23 @@ def additive_mask(
 ) -> torch.Tensor:
     """Any mask the backbone builds -> an additive mask ``[B or 1, 1, T, T_kv]`` of ``dtype`` (0 = attend).
 
-    Accepts the eager float mask, the sdpa boolean mask (True = attend), a 2-D padding mask ``[B, T_kv]`` and
-    ``None`` (sdpa's causal fast path; the queries are the last ``q_len`` of ``kv_len`` positions). Masked entries
-    get the most negative finite value of ``dtype`` rather than -inf, so a row with no visible key stays finite.
+    Accepts the eager float mask, the sdpa boolean mask (True = attend), a 2-D padding mask ``[B, T_kv]`` (the
+    queries are the last ``q_len`` of ``kv_len`` positions) and ``None``. ``None`` is transformers' sdpa fast path
+    and means exactly what ``F.scaled_dot_product_attention(is_causal=q_len > 1)`` does for Llama: a top-left
+    aligned causal mask (query i sees keys 0..i) for a multi-token query, every key for a single query. Reading
+    it as bottom-right aligned would be wrong on a static-cache prefill, where ``kv_len`` is the whole cache and
+    the keys after the prompt are empty slots. Masked entries get the most negative finite value of ``dtype``
+    rather than -inf, so a row with no visible key stays finite.
     """
     neg = torch.finfo(dtype).min
     causal = torch.arange(kv_len, device=device)[None, :] <= torch.arange(q_len, device=device)[:, None] + (
         kv_len - q_len
     )
     if attention_mask is None:
-        allowed = causal[None, None]
+        if q_len == 1:
+            return torch.zeros(1, 1, 1, kv_len, dtype=dtype, device=device)
+        top_left = torch.arange(kv_len, device=device)[None, :] <= torch.arange(q_len, device=device)[:, None]
+        allowed = top_left[None, None]
     elif not isinstance(attention_mask, torch.Tensor):
         raise NotImplementedError(
             f"MoDA attention got a {type(attention_mask).__name__} mask; it supports attn_implementation "
@@ -271,6 +282,13 @@ class MoDAAttention(Attention):
     (slot 2l) in ``depth.new_key`` / ``depth.new_value``.
     """
 
+    def __init__(self, config: MoDAConfig, layer_idx: int):
+        super().__init__(config, layer_idx)
+        # RoPE variants with an attention factor (YaRN, LongRoPE) scale cos/sin, i.e. every rotated query and key,
+        # by m, so sequence logits carry m^2; the position-free depth keys get the missing factor m here, so that
+        # one temperature still applies to the whole joint softmax.
+        self.depth_key_scale = float(rope_init(config)[1])
+
     def forward(self, hidden_states, position_embeddings, attention_mask=None, cache=None, depth=None, **kwargs):
         b, t, _ = hidden_states.shape
         q, k, v = self.project_qkv(hidden_states)
@@ -279,11 +297,19 @@ class MoDAAttention(Attention):
             depth.new_key, depth.new_value = k, v  # before RoPE: the depth slot is position-free
             if depth.keys:
                 depth_keys = torch.stack(depth.keys, dim=3)  # [B, H_kv, T, S, hd]
+                if self.depth_key_scale != 1.0:
+                    depth_keys = depth_keys * self.depth_key_scale
                 depth_values = torch.stack(depth.values, dim=3)
         q, k = apply_rotary_pos_emb(q, k, *position_embeddings)
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
-        attention_fn = moda_attention if self.config._attn_implementation == "eager" else moda_attention_sdpa
+        implementation = self.config._attn_implementation
+        if implementation not in ("eager", "sdpa"):  # e.g. a kernel registered with AttentionInterface
+            raise NotImplementedError(
+                f"MoDA attention runs its own math with attn_implementation 'eager' or 'sdpa', not "
+                f"{implementation!r}: other kernels cannot mix in the per-token depth keys."
+            )
+        attention_fn = moda_attention if implementation == "eager" else moda_attention_sdpa
         out, weights = attention_fn(
             q, k, v, depth_keys, depth_values, attention_mask,
             scaling=self.scaling, dropout=self.attention_dropout if self.training else 0.0,
@@ -386,6 +412,30 @@ class MoDAModel(DepthBenchModel):
 
 
 class MoDAForCausalLM(DepthBenchForCausalLM):
+    config_class = MoDAConfig
+    model_class = MoDAModel
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+    _supports_attention_backend = False
+
+
+class MoDAForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = MoDAConfig
+    model_class = MoDAModel
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+    _supports_attention_backend = False
+
+
+class MoDAForTokenClassification(DepthBenchForTokenClassification):
+    config_class = MoDAConfig
+    model_class = MoDAModel
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+    _supports_attention_backend = False
+
+
+class MoDAForQuestionAnswering(DepthBenchForQuestionAnswering):
     config_class = MoDAConfig
     model_class = MoDAModel
     _supports_flash_attn = False

@@ -7,7 +7,18 @@ Ships to the Hugging Face Hub as remote code (imports only torch, transformers a
 import torch
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring, make_norm
+from .modeling_depthbench import (
+    Branch,
+    DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
+    DepthBenchModel,
+    Norm,
+    Residual,
+    Wiring,
+    make_norm,
+)
 
 
 class PeriLNConfig(DepthBenchConfig):
@@ -84,5 +95,20 @@ class PeriLNModel(DepthBenchModel):
 
 
 class PeriLNForCausalLM(DepthBenchForCausalLM):
+    config_class = PeriLNConfig
+    model_class = PeriLNModel
+
+
+class PeriLNForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = PeriLNConfig
+    model_class = PeriLNModel
+
+
+class PeriLNForTokenClassification(DepthBenchForTokenClassification):
+    config_class = PeriLNConfig
+    model_class = PeriLNModel
+
+
+class PeriLNForQuestionAnswering(DepthBenchForQuestionAnswering):
     config_class = PeriLNConfig
     model_class = PeriLNModel

@@ -7,7 +7,18 @@ Ships to the Hugging Face Hub as remote code (imports only torch, transformers a
 import torch
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import Branch, DepthBenchForCausalLM, DepthBenchModel, Norm, Residual, Wiring, upcast
+from .modeling_depthbench import (
+    Branch,
+    DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
+    DepthBenchModel,
+    Norm,
+    Residual,
+    Wiring,
+    upcast,
+)
 
 
 class PostLNConfig(DepthBenchConfig):
@@ -50,5 +61,20 @@ class PostLNModel(DepthBenchModel):
 
 
 class PostLNForCausalLM(DepthBenchForCausalLM):
+    config_class = PostLNConfig
+    model_class = PostLNModel
+
+
+class PostLNForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = PostLNConfig
+    model_class = PostLNModel
+
+
+class PostLNForTokenClassification(DepthBenchForTokenClassification):
+    config_class = PostLNConfig
+    model_class = PostLNModel
+
+
+class PostLNForQuestionAnswering(DepthBenchForQuestionAnswering):
     config_class = PostLNConfig
     model_class = PostLNModel

@@ -4,7 +4,14 @@ Ships to the Hugging Face Hub as remote code (imports only torch, transformers a
 """
 
 from .configuration_depthbench import DepthBenchConfig
-from .modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel, Wiring
+from .modeling_depthbench import (
+    DepthBenchForCausalLM,
+    DepthBenchForQuestionAnswering,
+    DepthBenchForSequenceClassification,
+    DepthBenchForTokenClassification,
+    DepthBenchModel,
+    Wiring,
+)
 
 
 class PreLNConfig(DepthBenchConfig):
@@ -29,5 +36,20 @@ class PreLNModel(DepthBenchModel):
 
 
 class PreLNForCausalLM(DepthBenchForCausalLM):
+    config_class = PreLNConfig
+    model_class = PreLNModel
+
+
+class PreLNForSequenceClassification(DepthBenchForSequenceClassification):
+    config_class = PreLNConfig
+    model_class = PreLNModel
+
+
+class PreLNForTokenClassification(DepthBenchForTokenClassification):
+    config_class = PreLNConfig
+    model_class = PreLNModel
+
+
+class PreLNForQuestionAnswering(DepthBenchForQuestionAnswering):
     config_class = PreLNConfig
     model_class = PreLNModel

@@ -112,7 +112,8 @@ def test_demo_command_end_to_end_on_a_small_corpus(small_corpus, tmp_path, capsy
 
     out = tmp_path / "demo"
     shutil.copytree(small_corpus, out / "data")  # reused instead of building the full corpus
-    assert cli_main(["sweep", "--preset", "demo", "--out", str(out), "--steps", "1", *NARROW]) == 0
+    assert cli_main(["sweep", "--preset", "demo", "--out", str(out), "--steps", "1", "--eval-limit", "2",
+                     *NARROW]) == 0
     printed = capsys.readouterr().out
     table = [line for line in printed.splitlines() if re.match(r"(pre_ln|hc|attnres)\s+tiny-L\d+\s", line)]
     assert len(table) == 9
@@ -124,11 +125,22 @@ def test_demo_command_end_to_end_on_a_small_corpus(small_corpus, tmp_path, capsy
     report = (out / "report.md").read_text()
     assert "9 of 9 runs finished" in report and "synthetic depth tasks (`eval_synthetic`)" in report
     assert "held-out text (`eval_text`)" in report and demo.DEMO_NOTES in report
+    # it ends with accuracy by depth on the offline synthetic lm-eval tasks, in the report and on the terminal
+    assert "## Downstream evaluation (`depthbench eval`)" in report
+    assert "**depthbench_synthetic** `acc` (higher is better)" in report and "| arch | L2 | L4 | L8 |" in report
+    assert (out / "synthetic_acc_vs_aspect_ratio.png").stat().st_size > 0
+    assert "accuracy on depthbench_synthetic" in printed
+    for run in out.glob("runs/*/eval/results.json"):
+        assert json.loads(run.read_text())["n-samples"]["depthbench_synthetic_mc_pointer"]["effective"] == 2
+    assert len(list(out.glob("runs/*/eval/results.json"))) == 9
     # running the same command again trains nothing
     before = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/summary.json")}
-    assert cli_main(["sweep", "--preset", "demo", "--out", str(out), "--steps", "1", *NARROW]) == 0
+    evaluated = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/eval/results.json")}
+    assert cli_main(["sweep", "--preset", "demo", "--out", str(out), "--steps", "1", "--eval-limit", "2",
+                     *NARROW]) == 0
     assert printed.count("training") == 9 and capsys.readouterr().out.count("finished earlier, skipped") == 9
     assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/summary.json")} == before
+    assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/eval/results.json")} == evaluated  # not re-evaluated
     # a different recipe in the same folder is refused
     assert cli_main(["sweep", "--preset", "demo", "--out", str(out), "--steps", "2", *NARROW]) == 2
     assert "different sweep definition" in capsys.readouterr().err

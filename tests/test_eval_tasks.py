@@ -32,8 +32,10 @@ ROOT = Path(__file__).resolve().parents[1] / "eval_tasks"
 SYNTH = ROOT / "depthbench_synthetic"
 FAMILIES = ("pointer", "permutation", "arithmetic", "variables")
 FAMILY_TASKS = [f"depthbench_synthetic_mc_{f}" for f in FAMILIES]
-LOCAL_TASKS = ["depthbench_synthetic_mc", *FAMILY_TASKS]
-LOCAL_GROUPS = ["depthbench_bbh_reasoning", "depthbench_synthetic", "depthbench_zeroshot"]
+NLL_TASKS = [f"depthbench_nll_{s}" for s in ("mbpp", "humaneval", "sciq", "gpqa_diamond", "gsm8k", "math500")]
+NLL_GROUPS = ["depthbench_nll", "depthbench_nll_coding", "depthbench_nll_math", "depthbench_nll_stem"]
+LOCAL_TASKS = ["depthbench_synthetic_mc", *FAMILY_TASKS, *NLL_TASKS]
+LOCAL_GROUPS = ["depthbench_bbh_reasoning", "depthbench_synthetic", "depthbench_zeroshot", *NLL_GROUPS]
 # The study's task sets (zero-shot commonsense and the BBH reasoning subset), restated here so a YAML edit cannot
 # silently drop one.
 ZEROSHOT = ["openbookqa", "winogrande", "arc_challenge", "arc_easy", "hellaswag", "social_iqa", "piqa"]
@@ -93,16 +95,19 @@ def builtin_configs() -> dict[str, dict]:
 
 def test_every_yaml_parses_and_is_versioned():
     paths = sorted(ROOT.rglob("*.yaml"))
-    assert len(paths) == 8
+    assert len(paths) == 18
     for path in paths:
         cfg = load_yaml(path, resolve_func=True)  # also imports utils.load_local for the synthetic tasks
         if "group" in cfg:  # a group lists its members under `task`
-            assert isinstance(cfg["task"], list) and cfg["aggregate_metric_list"], path
+            assert isinstance(cfg["task"], list), path
+            assert cfg["group"] in NLL_GROUPS or cfg["aggregate_metric_list"], path
         else:
-            assert isinstance(cfg["task"], str) and cfg["output_type"] == "multiple_choice", path
+            expected = "loglikelihood" if cfg["task"] in NLL_TASKS else "multiple_choice"
+            assert isinstance(cfg["task"], str) and cfg["output_type"] == expected, path
         assert isinstance(cfg["metadata"]["version"], float), path
         if "custom_dataset" in cfg:
-            assert callable(cfg["custom_dataset"]) and cfg["custom_dataset"].__name__ == "load_local"
+            expected = "load" if cfg["task"] in NLL_TASKS else "load_local"
+            assert callable(cfg["custom_dataset"]) and cfg["custom_dataset"].__name__ == expected
 
 
 def test_task_manager_finds_local_tasks_and_groups(manager):
@@ -115,8 +120,16 @@ def test_group_members(manager):
     assert manager.task_index["depthbench_zeroshot"].cfg["task"] == ZEROSHOT
     assert manager.task_index["depthbench_bbh_reasoning"].cfg["task"] == BBH
     assert manager.task_index["depthbench_synthetic"].cfg["task"] == FAMILY_TASKS
+    assert manager.task_index["depthbench_nll"].cfg["task"] == [
+        "depthbench_nll_coding", "depthbench_nll_stem", "depthbench_nll_math"]
+    assert manager.task_index["depthbench_nll_coding"].cfg["task"] == NLL_TASKS[:2]
+    assert manager.task_index["depthbench_nll_stem"].cfg["task"] == NLL_TASKS[2:4]
+    assert manager.task_index["depthbench_nll_math"].cfg["task"] == NLL_TASKS[4:]
     for group in LOCAL_GROUPS:
         cfg = manager.task_index[group].cfg
+        if group in NLL_GROUPS:  # token-weighted by depthbench.evaluation (lm-eval weights groups by documents)
+            assert not cfg.get("aggregate_metric_list"), group
+            continue
         assert all(agg["aggregation"] == "mean" for agg in cfg["aggregate_metric_list"])
     zeroshot_aggs = manager.task_index["depthbench_zeroshot"].cfg["aggregate_metric_list"]
     assert [(a["metric"], a["weight_by_size"]) for a in zeroshot_aggs] == [("acc", False), ("acc_norm", False)]

@@ -1,9 +1,10 @@
 """Checkpoints are self-contained Hugging Face remote code (parametrized over the registry).
 
-``save_pretrained`` must write the weights, a ``config.json`` whose ``auto_map`` covers AutoConfig, AutoModel and
-AutoModelForCausalLM, and copies of the ``modeling/*.py`` files, so that a user without depthbench installed loads
-the model with ``trust_remote_code=True``. The fresh-process check runs ONE subprocess for all architectures of the
-session (``import depthbench`` is blocked there and verified to fail) and the parametrized tests read its JSON.
+``save_pretrained`` must write the weights, a ``config.json`` whose ``auto_map`` covers AutoConfig, AutoModel,
+AutoModelForCausalLM and the task heads, and copies of the ``modeling/*.py`` files, so that a user without
+depthbench installed loads the model with ``trust_remote_code=True``. The fresh-process check runs ONE subprocess
+for all architectures of the session (``import depthbench`` is blocked there and verified to fail) and the
+parametrized tests read its JSON.
 An AST check keeps every shipped file importable on the Hub (stdlib, torch, transformers, huggingface_hub and flat
 sibling imports only).
 
@@ -51,9 +52,11 @@ except ImportError:
     depthbench_blocked = True
 
 import torch
+import transformers
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 torch.set_num_threads(1)
+HEADS = ("AutoModelForSequenceClassification", "AutoModelForTokenClassification", "AutoModelForQuestionAnswering")
 manifest, out_path = json.load(open(sys.argv[1])), sys.argv[2]
 results = {"depthbench_blocked": depthbench_blocked, "archs": {}}
 for arch_id, item in manifest.items():
@@ -75,6 +78,18 @@ for arch_id, item in manifest.items():
             max_abs_diff=(logits.double() - ref["logits"].double()).abs().max().item(),
             generate_cache_equal=bool(torch.equal(model.generate(ids, use_cache=True, **kw),
                                                   model.generate(ids, use_cache=False, **kw))),
+        )
+        heads = {}
+        for auto_name in HEADS:  # task heads on the causal LM's decoder, loaded as remote code too
+            head = getattr(transformers, auto_name).from_pretrained(item["path"], trust_remote_code=True,
+                                                                    num_labels=2)
+            with torch.no_grad():
+                head(input_ids=ids)
+            decoder_equal = all(torch.equal(head.model.state_dict()[k], v)
+                                for k, v in model.model.state_dict().items())
+            heads[auto_name] = [type(head).__module__ + "." + type(head).__name__, decoder_equal]
+        entry.update(
+            heads=heads,
             depthbench_loaded=any(m == "depthbench" or m.startswith("depthbench.") for m in sys.modules),
         )
     except Exception as exc:  # reported per architecture by the parent
@@ -164,6 +179,10 @@ def test_trust_remote_code_in_fresh_process(arch_id, remote_code_results):
     assert not entry["depthbench_loaded"]
     assert entry["max_abs_diff"] == 0.0, f"remote-code logits differ by {entry['max_abs_diff']}"
     assert entry["generate_cache_equal"]
+    for auto_name, (class_path, decoder_equal) in entry["heads"].items():
+        assert class_path.startswith("transformers_modules."), class_path
+        assert class_path.endswith("." + arch.auto_classes[auto_name].__name__), class_path
+        assert decoder_equal, f"{auto_name} did not load the causal LM's decoder weights"
 
 
 # ============================================================================================ import allow-list

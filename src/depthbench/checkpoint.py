@@ -35,6 +35,7 @@ from typing import Any
 
 from depthbench import atomic
 from depthbench.config import RunConfig, RunConfigError
+from depthbench.data.prepare import TOKENIZER_CONFIG, finalize_tokenizer_config
 
 #: Keys of the run config that define a run, with the reason a resume may not change them (refused with it).
 IDENTITY_KEYS = {
@@ -450,6 +451,8 @@ class Checkpointer:
                     src = os.path.join(tokenizer_dir, file)
                     if os.path.isfile(src):
                         shutil.copy2(src, os.path.join(path, file))
+                if os.path.isfile(os.path.join(path, TOKENIZER_CONFIG)):  # the export's copy knows its model
+                    finalize_tokenizer_config(path, model_max_length=unwrapped.config.max_position_embeddings)
             write_card(path, run_dir=os.path.dirname(os.path.abspath(self.root)))  # README.md model card
 
     def export_hf(self, path: str, model, tokenizer_dir: str | None) -> None:

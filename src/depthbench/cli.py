@@ -34,6 +34,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("depthbench.sweep", "train architectures x aspect ratios at a fixed parameter budget"),
     "report": ("depthbench.report", "rebuild results.csv, the plot and report.md of a sweep folder"),
     "demo": ("depthbench.demo", "the offline CPU demo: a small real aspect-ratio sweep (< 10 min)"),
+    "eval": ("depthbench.evaluation", "lm-eval on a checkpoint or every run of a sweep (results.json/.md, card)"),
+    "sft": ("depthbench.sft", "supervised fine-tuning (Commonsense170K recipe) with transformers.Trainer"),
     "publish": ("depthbench.hub.publish", "upload a run, a sweep or a converted model to the Hugging Face Hub"),
     "convert": ("depthbench.hub.convert", "convert a released checkpoint of the study (OLMo-core) to depthbench"),
     "export-llama": ("depthbench.hub.export_llama", "export a pre_ln checkpoint as a stock LlamaForCausalLM"),

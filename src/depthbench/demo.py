@@ -17,6 +17,9 @@ What it does, honestly measured:
 3. Reports held-out loss separately on the synthetic depth tasks (``eval_synthetic``, the part meant to measure
    depth) and on held-out text (``eval_text``), plus their mean (``eval_loss``); writes ``results.csv``,
    ``results.jsonl``, ``loss_vs_aspect_ratio.png`` and ``report.md`` and prints a closing table.
+4. Ends with accuracy by depth: ``depthbench eval`` of every run's final model on the offline lm-eval tasks
+   ``depthbench_synthetic`` (400 four-way questions on unseen instances of the four task families; chance 0.25),
+   added to ``report.md`` with ``synthetic_acc_vs_aspect_ratio.png`` and ``eval_results.csv``.
 
 Recipe (identical for every architecture and shape; sized only to fit the time budget, never toward a result):
 ``DEMO_STEPS`` = 80 AdamW steps of 8 sequences x 128 tokens (81,920 tokens per run, ~0.11 epochs of the training
@@ -130,15 +133,36 @@ def run_demo(args: argparse.Namespace) -> int:
     spec.run_config(spec.runs()[0], os.path.join(out, "runs", "probe"))  # bad --set: fail before building data
     data_dir = ensure_demo_data(os.path.join(out, "data"))
     run_sweep(spec, out, launcher="local")
+    evaluate_demo(out, limit=getattr(args, "eval_limit", None))
     rows = collect_results(out)
     print()
     print_table(rows)
     print()
-    for name in ("report.md", "results.csv", "results.jsonl", "loss_vs_aspect_ratio.png"):
+    for name in ("report.md", "results.csv", "results.jsonl", "loss_vs_aspect_ratio.png", "eval_results.csv",
+                 "synthetic_acc_vs_aspect_ratio.png"):
         print(f"  {os.path.join(out, name)}")
     print(f"  {data_dir} (the corpus), {os.path.join(out, 'runs')} (one folder per run)")
     print(f"demo finished in {time.time() - t0:.0f}s")
     return 0
+
+
+DEMO_EVAL_TASKS = ["depthbench_synthetic"]
+
+
+def evaluate_demo(out: str, limit: int | None = None, log=print) -> None:
+    """Accuracy by depth: ``depthbench eval`` over the demo's runs on :data:`DEMO_EVAL_TASKS` (offline), into the
+    report; prints the mean accuracy per architecture and depth."""
+    from depthbench.evaluation import evaluate_sweep, sweep_eval_rows
+
+    evaluate_sweep(out, DEMO_EVAL_TASKS, limit=limit, batch_size=16, device="cpu", dtype="float32",
+                   log=lambda *a: None)
+    rows = [r for r in sweep_eval_rows(out) if r["task"] == "depthbench_synthetic" and r["metric"] == "acc"]
+    depths = sorted({r["L"] for r in rows})
+    log("\naccuracy on depthbench_synthetic (unseen four-way questions, chance 0.25), by depth:")
+    log(" " * 10 + "".join(f"{f'L{L}':>8}" for L in depths))
+    for arch in sorted({r["arch"] for r in rows}):
+        cells = {r["L"]: r["value"] for r in rows if r["arch"] == arch}
+        log(f"{arch:<10}" + "".join(f"{cells[L]:>8.3f}" if L in cells else f"{'':>8}" for L in depths))
 
 
 def register_cli(subparsers) -> None:
@@ -148,4 +172,6 @@ def register_cli(subparsers) -> None:
     p.add_argument("--out", default=DEMO_OUT, help=f"results folder (default {DEMO_OUT})")
     p.add_argument("--steps", type=int, help=f"optimizer steps per run (default {DEMO_STEPS})")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="run-config override for every run")
+    p.add_argument("--eval-limit", type=int, default=None,
+                   help="questions per synthetic task family in the closing evaluation (default: all 100)")
     p.set_defaults(func=run_demo)

@@ -48,6 +48,13 @@ class Architecture:
         return self.causal_lm_class.model_class
 
     @property
+    def auto_classes(self) -> dict[str, type[PreTrainedModel]]:
+        """Auto class name -> model class: ``AutoModel``, ``AutoModelForCausalLM`` and the task heads
+        (``AutoModelForSequenceClassification``, ``...ForTokenClassification``, ``...ForQuestionAnswering``)."""
+        self.causal_lm_class  # importing the modeling file defines (and records) every model class  # noqa: B018
+        return dict(self.model_class.auto_classes)
+
+    @property
     def model_type(self) -> str:
         """``depthbench_<id>`` (every config class declares exactly this; a registry test checks it)."""
         return f"depthbench_{self.id}"
@@ -129,13 +136,12 @@ def build_model(arch_id: str, config: PretrainedConfig | None = None, **fields) 
 
 
 def register_auto_classes() -> None:
-    """Register every architecture with AutoConfig / AutoModel / AutoModelForCausalLM (idempotent).
-
-    ``import depthbench`` arranges for this to run before any Auto class can be used (see ``depthbench/__init__``).
-    """
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+    """Register every architecture with AutoConfig and every Auto model class it has (AutoModel,
+    AutoModelForCausalLM and the task heads; idempotent). ``import depthbench`` arranges for this to run before any
+    Auto class can be used (see ``depthbench/__init__``)."""
+    import transformers
 
     for arch in ARCHITECTURES.values():
-        AutoConfig.register(arch.model_type, arch.config_class, exist_ok=True)
-        AutoModel.register(arch.config_class, arch.model_class, exist_ok=True)
-        AutoModelForCausalLM.register(arch.config_class, arch.causal_lm_class, exist_ok=True)
+        transformers.AutoConfig.register(arch.model_type, arch.config_class, exist_ok=True)
+        for auto_name, model_class in arch.auto_classes.items():
+            getattr(transformers, auto_name).register(arch.config_class, model_class, exist_ok=True)

@@ -201,6 +201,11 @@ def write_report(out_dir: str, *, log: Callable[..., None] = print, plot: bool =
         rows, metrics, plot_name=os.path.basename(paths["plot"]) if plotted else None, spec=definition))
     if not plotted:
         paths.pop("plot")
+    # the downstream-evaluation section of `depthbench eval` (if any run was evaluated) survives a rebuilt report
+    from depthbench.evaluation import write_sweep_eval_report
+
+    paths.update({f"eval:{k}": v for k, v in write_sweep_eval_report(out_dir, log=lambda *a: None).items()
+                  if k != "report"})
     log("wrote " + ", ".join(paths.values()))
     return paths
 

@@ -192,7 +192,9 @@ def test_no_depth_is_plain_causal_attention_and_mask_formats_agree():
     reference = additive_mask(as_bool, t, t, q.device)
     assert torch.equal(additive_mask(pad, t, t, q.device), reference)
     assert torch.equal(additive_mask(as_float, t, t, q.device), reference)
-    assert torch.equal(additive_mask(None, 2, 5, q.device)[0, 0], reference[1, 0, 3:])  # last 2 queries of 5
+    # no mask = sdpa's is_causal: top-left aligned (a static-cache prefill: keys after the prompt are empty slots)
+    assert torch.equal(additive_mask(None, 2, 5, q.device)[0, 0], reference[1, 0, :2, :5])
+    assert torch.equal(additive_mask(None, 1, 5, q.device), torch.zeros(1, 1, 1, 5))  # one query sees every key
     with pytest.raises(NotImplementedError, match="eager"):
         additive_mask(object(), t, t, q.device)
     # a query row whose sequence keys are all masked stays finite (depth keys, or uniform at worst)
@@ -354,3 +356,26 @@ def test_bf16_left_padded_forward_is_finite_and_close_to_fp32(attn_implementatio
         low = model.to(torch.bfloat16)(ids, attention_mask=mask).logits
     assert low.dtype == torch.bfloat16 and torch.isfinite(low).all()  # padded rows included
     assert (low.float() - ref)[mask.bool()].abs().max() < 0.05
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_rope_attention_factor_is_one_temperature_for_sequence_and_depth_keys(attn):
+    """YaRN/LongRoPE's attention factor m multiplies cos and sin, i.e. every rotated query and key: sequence logits
+    get m^2. The position-free depth keys get the second m too, so the model equals plain RoPE with W_q, W_k and
+    the key half of every kv_proj scaled by m (YaRN with factor 1 changes only the attention factor)."""
+    m = 1.3
+    scaled = make_moda(attn_implementation=attn, rope_parameters={"rope_type": "yarn", "factor": 1.0,
+                                                                  "attention_factor": m})
+    plain = make_moda(attn_implementation=attn)
+    plain.load_state_dict(scaled.state_dict())
+    kv_width = SHAPE["num_key_value_heads"] * SHAPE["hidden_size"] // SHAPE["num_attention_heads"]
+    with torch.no_grad():
+        for layer in plain.model.layers:
+            layer.self_attn.q_proj.weight.mul_(m)
+            layer.self_attn.k_proj.weight.mul_(m)
+            if layer.mlp_residual.kv_proj is not None:
+                layer.mlp_residual.kv_proj.weight[:kv_width].mul_(m)  # [key heads | value heads]
+    x = ids_of(2, 7, seed=5)
+    with torch.no_grad():
+        a, b = scaled(x, use_cache=False).logits, plain(x, use_cache=False).logits
+    assert torch.allclose(a, b, atol=1e-5)

@@ -50,13 +50,15 @@ from depthbench.data.prepare import (
     FORMAT_VERSION,
     LOCAL_EXTENSIONS,
     PAD_TOKEN,
+    finalize_tokenizer_config,
     make_tiny_tokenizer,
     prepare_data,
+    save_tokenizer,
     token_dtype,
 )
 
 __all__ = [
     "DataError", "EOS_TOKEN", "FORMAT_VERSION", "LOCAL_EXTENSIONS", "PAD_TOKEN", "TokenShards", "TokenWindows",
-    "WindowLoader",
-    "load_meta", "make_tiny_tokenizer", "prepare_data", "token_dtype", "verify_data",
+    "WindowLoader", "finalize_tokenizer_config", "load_meta", "make_tiny_tokenizer", "prepare_data", "save_tokenizer",
+    "token_dtype", "verify_data",
 ]

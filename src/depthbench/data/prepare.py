@@ -46,8 +46,49 @@ _CHUNK_DOCS = 256  # documents per tokenization task
 # ---------------------------------------------------------------------------------------------------
 
 
+TOKENIZER_CONFIG = "tokenizer_config.json"
+
+
+def finalize_tokenizer_config(directory: str, tokenizer_class: str | None = None,
+                              model_max_length: int | None = None) -> dict:
+    """Make a saved tokenizer self-describing: ``tokenizer_config.json`` in ``directory`` names its class (so
+    ``AutoTokenizer`` picks it from the file, with no model config or package needed) and, when given, the
+    maximum length of the model it belongs to (instead of transformers' "unset" 1e30, which lets users encode
+    past the model's context without a warning). Returns the updated config; other fields are kept.
+
+    Raises:
+        ValueError: ``directory`` holds no tokenizer_config.json, or ``model_max_length`` is not a positive int.
+    """
+    path = os.path.join(directory, TOKENIZER_CONFIG)
+    if not os.path.isfile(path):
+        raise ValueError(f"{directory} holds no {TOKENIZER_CONFIG}: save the tokenizer there first")
+    if model_max_length is not None and (isinstance(model_max_length, bool) or not isinstance(model_max_length, int)
+                                         or model_max_length < 1):
+        raise ValueError(f"model_max_length={model_max_length!r} is not allowed: it must be a positive integer (the "
+                         "model's context length, e.g. its config.max_position_embeddings)")
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    if tokenizer_class is not None:
+        config["tokenizer_class"] = tokenizer_class
+    config.setdefault("tokenizer_class", "PreTrainedTokenizerFast")
+    if model_max_length is not None:
+        config["model_max_length"] = model_max_length
+    atomic.write_json(path, config, sort_keys=True)
+    return config
+
+
+def save_tokenizer(tokenizer: Any, directory: str, model_max_length: int | None = None) -> None:
+    """``tokenizer.save_pretrained(directory)`` plus :func:`finalize_tokenizer_config` (its class and, when given,
+    the model's maximum length, also set on ``tokenizer`` itself)."""
+    if model_max_length is not None:
+        tokenizer.model_max_length = model_max_length
+    tokenizer.save_pretrained(str(directory))
+    if os.path.isfile(os.path.join(str(directory), TOKENIZER_CONFIG)):  # a transformers tokenizer (not a stand-in)
+        finalize_tokenizer_config(str(directory), type(tokenizer).__name__, model_max_length)
+
+
 def make_tiny_tokenizer(texts: Iterable[str], vocab_size: int = 512, save_dir: str | None = None, *,
-                        full_alphabet: bool = True) -> Any:
+                        full_alphabet: bool = True, model_max_length: int | None = None) -> Any:
     """Train a small deterministic byte-level BPE tokenizer.
 
     The tokenizer has two special tokens, ``<|endoftext|>`` (EOS, id 0) and ``<|pad|>`` (PAD, id 1). With
@@ -63,6 +104,8 @@ def make_tiny_tokenizer(texts: Iterable[str], vocab_size: int = 512, save_dir: s
         save_dir: If given, the tokenizer is saved there with ``save_pretrained`` and that path becomes
             its ``name_or_path``.
         full_alphabet: Keep all 256 bytes in the alphabet (``False``: only the bytes of ``texts``).
+        model_max_length: The context length of the model the tokenizer is for (saved with it); ``None`` leaves
+            transformers' "unset" value.
 
     Returns:
         A ``transformers.PreTrainedTokenizerFast`` with ``eos_token`` and ``pad_token`` set.
@@ -102,9 +145,11 @@ def make_tiny_tokenizer(texts: Iterable[str], vocab_size: int = 512, save_dir: s
     kwargs: dict[str, Any] = {}
     if save_dir is not None:
         kwargs["name_or_path"] = str(save_dir)
+    if model_max_length is not None:
+        kwargs["model_max_length"] = model_max_length
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN, **kwargs)
     if save_dir is not None:
-        fast.save_pretrained(str(save_dir))
+        save_tokenizer(fast, str(save_dir), model_max_length)
     return fast
 
 
@@ -539,6 +584,7 @@ def prepare_data(
     progress: bool = True,
     append_eos: bool = True,
     extra_splits: dict[str, list[str]] | None = None,
+    model_max_length: int | None = None,
 ) -> dict:
     """Tokenize documents into token shards and write ``meta.json`` (see the module docstring for the format).
 
@@ -585,6 +631,9 @@ def prepare_data(
         progress: Show a tqdm progress bar (documents).
         append_eos: Append EOS to documents not already ending in it (disable only for special formats).
         extra_splits: Additional named splits, ``{name: [files or globs]}``.
+        model_max_length: Context length of the model the data is for, saved in ``tokenizer/`` (the tokenizer
+            then truncates/warns at the model's limit); ``None`` keeps the tokenizer's own value. Training
+            exports write the trained model's ``max_position_embeddings`` into their tokenizer copy anyway.
 
     Returns:
         The meta dict also written to ``output_dir/meta.json``.
@@ -642,7 +691,7 @@ def prepare_data(
         return existing
 
     tokenizer_dir = os.path.join(output_dir, "tokenizer")
-    tok.save_pretrained(tokenizer_dir)
+    save_tokenizer(tok, tokenizer_dir, model_max_length)
 
     writers = {name: _SplitWriter(output_dir, name, dtype, shard_tokens, fingerprint) for name in split_names}
     # Documents of split s with index < resume[s] are already in completed shards (snapshot before writing).
@@ -803,6 +852,7 @@ def _prepare_data_cli(args) -> int:
         split=args.split,
         progress=not args.quiet,
         extra_splits=extra or None,
+        model_max_length=args.model_max_length,
     )
     splits = meta.get("splits", {})
     for name, info in splits.items():
@@ -831,5 +881,8 @@ def register_cli(subparsers) -> None:
     p.add_argument("--max-documents", type=int)
     p.add_argument("--dataset-config", help="Hub dataset config name (e.g. sample-10BT)")
     p.add_argument("--split", default="train", help="Hub dataset split")
+    p.add_argument("--model-max-length", type=int,
+                   help="context length of the model the data is for (max_position_embeddings), saved with the "
+                   "tokenizer")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_prepare_data)

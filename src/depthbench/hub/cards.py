@@ -41,6 +41,7 @@ class CardInputs:
     lm_eval: dict | None = None  # lm-eval's results JSON ({"results": {task: {"acc,none": ...}}})
     source: dict | None = None  # {"repo": ..., "step": ...} for converted checkpoints
     approximations: list[str] = field(default_factory=list)
+    recorded: list = field(default_factory=list)  # EvalResult rows already in the export's card (depthbench eval)
 
 
 def template_text() -> str:
@@ -77,11 +78,26 @@ def collect_inputs(export_dir: str, run_dir: str | None = None, **extra) -> Card
     if model_config is None:
         raise ValueError(f"{export_dir} has no config.json: a model card needs the exported model's config")
     inputs = CardInputs(model_config=model_config, **extra)
+    inputs.recorded = recorded_results(export_dir)
     if run_dir:
         inputs.run_config = _read_json(os.path.join(run_dir, "run_config.json"))
         inputs.summary = _read_json(os.path.join(run_dir, "summary.json"))
         inputs.metrics = read_metrics(run_dir)
     return inputs
+
+
+def recorded_results(export_dir: str) -> list:
+    """``model-index`` rows of the card already in ``export_dir`` (e.g. written by ``depthbench eval``), so that
+    rebuilding or publishing the card keeps them."""
+    path = os.path.join(export_dir, "README.md")
+    if not os.path.isfile(path):
+        return []
+    from huggingface_hub import ModelCard
+
+    try:
+        return list(ModelCard.load(path).data.eval_results or [])
+    except Exception:  # a hand-edited card that no longer parses: rebuilt from the run's own files alone
+        return []
 
 
 def _arch_for(model_config: dict):
@@ -169,7 +185,8 @@ def eval_results(inputs: CardInputs, model_name: str) -> list:
                                       dataset_name=task, metric_type=name, metric_value=float(value),
                                       source_name="lm-evaluation-harness",
                                       source_url="https://github.com/EleutherAI/lm-evaluation-harness"))
-    return results
+    fresh = {(r.dataset_name, r.metric_type) for r in results}
+    return results + [r for r in inputs.recorded if (r.dataset_name, r.metric_type) not in fresh]
 
 
 def plot_loss_curve(metrics: list[dict], path: str) -> str | None:
