@@ -6,6 +6,7 @@ timing assertion) and the isolation of broken command modules.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
@@ -113,14 +114,24 @@ def test_shapes_errors(capsys):
 
 
 def test_broken_command_module_does_not_break_the_others(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "COMMAND_MODULES", [*cli.COMMAND_MODULES, "depthbench._no_such_module"])
+    monkeypatch.setitem(cli.COMMANDS, "broken", ("depthbench._no_such_module", "a command whose module is missing"))
     code, out, _ = run(capsys, "archs", "--json")
     assert code == 0 and json.loads(out)
     with pytest.raises(SystemExit):
         cli.main(["--help"])
-    assert "depthbench._no_such_module" in capsys.readouterr().out
-    code, _, err = run(capsys, "not-a-command")
+    assert "broken" in capsys.readouterr().out  # listed from the table, without importing its module
+    code, _, err = run(capsys, "broken")
     assert code == 2 and "depthbench._no_such_module" in err and "ModuleNotFoundError" in err
+
+
+def test_every_command_is_registered_by_its_module():
+    """The table and the modules agree: importing a command's module registers exactly that command."""
+    for command, (module_name, summary) in cli.COMMANDS.items():
+        parser = cli.build_parser(command)
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        assert action.choices[command].prog == f"depthbench {command}", (command, module_name)
+        assert action.choices[command].get_default("func") is not None, command
+        assert summary.strip()
 
 
 def test_bench_smoke(capsys, tmp_path):

@@ -53,6 +53,8 @@ def test_entry_resolves_to_its_classes(arch_id):
     assert re.fullmatch(r"\d{4}\.\d{4,5}", arch.arxiv), arch.arxiv
     assert arch.paper_url == f"https://arxiv.org/abs/{arch.arxiv}"
     assert isinstance(arch.family, str) and arch.family
+    assert arch.family == arch.model_class.wiring_class.family  # the table's family is the wiring's
+    assert arch.config_class.model_type == arch.model_type
 
 
 def test_get_unknown_id_lists_valid_ids():

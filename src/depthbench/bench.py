@@ -19,7 +19,7 @@ holding ``pre_ln``'s state dict (so the two compute identical logits; the first-
   on CUDA ``torch.cuda.max_memory_allocated`` minus the memory allocated before the model was built; on CPU each
   model runs in a fresh process, forked from a worker (``python -m depthbench.bench --memory-worker``) that has
   imported everything but never run a torch kernel (forking after OpenMP has run can deadlock). The child resets the
-  kernel's peak-RSS mark (``/proc/self/clear_refs``), builds the model and AdamW and runs warmup + 2 train steps; the
+  kernel's peak-RSS mark (``/proc/self/clear_refs``), builds the model and AdamW and runs 2 train steps; the
   result is the peak RSS (``VmHWM``) minus the RSS before the build, i.e. parameters, gradients, optimizer state,
   activations and allocator overhead (a tiny untimed run of the same architecture first pages in the libraries'
   code, so that is not counted). Without ``/proc`` the child reports its ``ru_maxrss`` growth instead (without
@@ -44,11 +44,13 @@ import json
 import math
 import os
 import platform
+import re
 import resource
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
@@ -71,7 +73,7 @@ class BenchSettings:
     device: str = "cpu"
     compile: bool = False
     decode_tokens: int = 32
-    decode_batch_sizes: list[int] = field(default_factory=lambda: [1, 4])
+    decode_batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
     prompt_len: int = 16
     decode_repeats: int = 3
     threads: int = 0  # 0: keep torch's current setting
@@ -79,14 +81,108 @@ class BenchSettings:
     memory: bool = True
     seed: int = 0
     lr: float = 1e-4
+    vocab_size: int = 8192  # of ad-hoc shapes d<width>-L<depth> (named grid shapes keep their grid's vocabulary)
+    clock: str = "wall"  # "wall" (perf_counter) or "cpu" (process CPU time: robust to a shared, oversubscribed CPU)
+
+
+def _now(settings: BenchSettings) -> float:
+    """The benchmark clock: wall time, or with ``clock="cpu"`` this process's CPU time (all its threads), which on
+    an oversubscribed machine measures the work done rather than the time spent waiting for a core (CPU only)."""
+    return time.process_time() if settings.clock == "cpu" else time.perf_counter()
+
+
+# ================================================================================================ shapes
+HEAD_DIM = 64
+"""Head width of ad-hoc benchmark shapes ``d<width>-L<depth>`` (heads = width / 64, f = 8/3 d rounded up to 16)."""
+
+_ADHOC = re.compile(r"d(\d+)-L(\d+)((?:-[bs]\d+)*)")
+_NAMED = re.compile(r"(.+?-L\d+)((?:-[bs]\d+)*)")
+
+SPEED_GRID = [f"d{d}-L{depth}-b{b}-s{t}" for d in (256, 1024) for depth in (4, 16)
+              for b, t in ((1, 128), (8, 128), (1, 1024), (8, 1024))] + ["d384-L6-b8-s256", "d512-L8-b4-s512"]
+BENCH_GRIDS: dict[str, list[str]] = {
+    # Corners of the range the speed targets hold over (d 256-1024, L 4-16, batch 1-8, sequence 128-1024), plus
+    # its centre and the shape users reported (d=384, L=6, batch 8 x 256).
+    "speed": SPEED_GRID,
+    # A subset that runs in minutes on 2 CPU cores: both widths' cheapest corners, depth 16, long sequence, the
+    # reported shape and a mid shape.
+    "speed-quick": ["d256-L4-b1-s128", "d256-L16-b8-s128", "d256-L4-b1-s1024", "d384-L6-b8-s256",
+                    "d512-L8-b4-s256", "d1024-L4-b1-s128"],
+}
+"""Benchmark grids for ``--shapes``: name -> shape specs ``d<width>-L<depth>-b<batch>-s<seq>``. Every shape grid of
+``depthbench shapes`` (``bench``, ``tiny``, ...) is accepted too, at ``--batch-size`` x ``--seq-len``."""
+
+
+@dataclass
+class BenchShape:
+    """One benchmarked point: model config fields and the training batch."""
+
+    name: str
+    fields: dict
+    batch_size: int
+    seq_len: int
+
+
+def _batch_and_seq(suffix: str, batch_size: int, seq_len: int) -> tuple[int, int]:
+    for part in filter(None, suffix.split("-")):
+        value = int(part[1:])
+        if value < 1:
+            raise ValueError(f"{part!r}: batch size and sequence length must be >= 1")
+        batch_size, seq_len = (value, seq_len) if part[0] == "b" else (batch_size, value)
+    return batch_size, seq_len
+
+
+def parse_bench_shape(spec: str, batch_size: int = 8, seq_len: int = 256, vocab_size: int = 8192) -> BenchShape:
+    """``d384-L6-b8-s256`` (ad-hoc: heads of 64, f = 8/3 d rounded up to 16, ``vocab_size``) or a named shape
+    ``bench-L8`` (optionally ``bench-L8-b1-s1024``); ``-b``/``-s`` default to ``batch_size``/``seq_len``."""
+    from depthbench.shapes import FFN_RULES, get_shape
+
+    spec = spec.strip()
+    adhoc = _ADHOC.fullmatch(spec)
+    if adhoc:
+        width, depth = int(adhoc.group(1)), int(adhoc.group(2))
+        if width < HEAD_DIM or width % HEAD_DIM or depth < 1:
+            raise ValueError(f"shape {spec!r} is not allowed: the width must be a positive multiple of {HEAD_DIM} "
+                             "and the depth >= 1 (e.g. d384-L6-b8-s256)")
+        fields = {"vocab_size": vocab_size, "hidden_size": width, "intermediate_size": FFN_RULES["8/3"](width),
+                  "num_hidden_layers": depth, "num_attention_heads": width // HEAD_DIM,
+                  "num_key_value_heads": width // HEAD_DIM, "head_dim": HEAD_DIM}
+        b, t = _batch_and_seq(adhoc.group(3), batch_size, seq_len)
+        return BenchShape(f"d{width}-L{depth}-b{b}-s{t}", fields, b, t)
+    named = _NAMED.fullmatch(spec)
+    if named is None:
+        raise ValueError(f"shape {spec!r} is not allowed: use d<width>-L<depth>[-b<batch>][-s<seq>] (e.g. "
+                         "d384-L6-b8-s256) or a named shape <grid>-L<depth> (e.g. bench-L8)")
+    fields = get_shape(named.group(1)).config_fields()
+    b, t = _batch_and_seq(named.group(2), batch_size, seq_len)
+    return BenchShape(f"{named.group(1)}-b{b}-s{t}", fields, b, t)
+
+
+def resolve_bench_shapes(spec: str, batch_size: int = 8, seq_len: int = 256, vocab_size: int = 8192,
+                         quick: bool = False) -> list[BenchShape]:
+    """``--shapes``: a benchmark grid name (:data:`BENCH_GRIDS`; ``quick`` picks ``<name>-quick``), a shape grid
+    of ``depthbench shapes``, or a comma-separated list of shapes (see :func:`parse_bench_shape`)."""
+    from depthbench.shapes import GRIDS, grid_shapes
+
+    spec = spec.strip()
+    if quick and f"{spec}-quick" in BENCH_GRIDS:
+        spec = f"{spec}-quick"
+    if spec in BENCH_GRIDS:
+        items = BENCH_GRIDS[spec]
+    elif spec in GRIDS:
+        items = [s.name for s in grid_shapes(spec)]
+    else:
+        items = [item for item in spec.split(",") if item.strip()]
+    if not items:
+        raise ValueError(f"--shapes={spec!r} is not allowed: give shapes separated by commas or a grid name "
+                         f"(one of {sorted([*BENCH_GRIDS, *GRIDS])})")
+    return [parse_bench_shape(item, batch_size, seq_len, vocab_size) for item in items]
 
 
 # ================================================================================================ models
 def _shape_fields(settings: BenchSettings) -> dict:
-    # imported here: depthbench.shapes loads transformers (import cost; keeps `depthbench --help` fast)
-    from depthbench.shapes import get_shape
-
-    fields = get_shape(settings.shape).config_fields()
+    fields = dict(parse_bench_shape(settings.shape, settings.batch_size, settings.seq_len,
+                                    settings.vocab_size).fields)
     fields["max_position_embeddings"] = max(settings.seq_len, settings.prompt_len + settings.decode_tokens)
     return fields
 
@@ -112,7 +208,6 @@ def build_models(names: list[str], settings: BenchSettings, share_weights: bool 
     """``{name: model}`` on ``settings.device``, each built from ``settings.seed``. ``"llama"`` gets ``pre_ln``'s
     state dict (``share_weights``; a temporary ``pre_ln`` is built when it is not in ``names``). Architectures keep
     their own init."""
-    # imported here: the registry loads torch, transformers and every architecture (import cost)
     from depthbench.registry import build_config, build_model
 
     fields = _shape_fields(settings)
@@ -144,25 +239,30 @@ def _sync(device: str) -> None:
 
 
 class _Trainer:
-    """One model + AdamW + the fixed batch; ``step()`` runs and returns one timed training step."""
+    """One model + AdamW + the fixed batch; ``step()`` runs and returns one timed training step. ``compiled``: the
+    model is compiled in place first (:func:`depthbench.compiled.compile_model`, the trainer's path)."""
 
-    def __init__(self, model: torch.nn.Module, settings: BenchSettings, batch: torch.Tensor):
+    def __init__(self, model: torch.nn.Module, settings: BenchSettings, batch: torch.Tensor, compiled: bool = False):
         self.model, self.settings, self.batch = model, settings, batch
-        self.forward = torch.compile(model) if settings.compile else model
+        if compiled:
+            from depthbench.compiled import compile_model
+
+            compile_model(model)
+        self.forward = model
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.95), weight_decay=0.1)
         self.losses: list[float] = []
 
     def step(self) -> float:
         self.model.train()
         _sync(self.settings.device)
-        start = time.perf_counter()
+        start = _now(self.settings)
         with _autocast(self.settings):
             loss = self.forward(input_ids=self.batch, labels=self.batch, use_cache=False).loss
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         _sync(self.settings.device)
-        elapsed = time.perf_counter() - start
+        elapsed = _now(self.settings) - start
         self.losses.append(float(loss.detach()))
         return elapsed
 
@@ -176,14 +276,14 @@ def _batch(settings: BenchSettings, vocab_size: int, batch_size: int, seq_len: i
 def _decode_once(model: torch.nn.Module, prompt: torch.Tensor, settings: BenchSettings) -> float:
     model.eval()
     _sync(settings.device)
-    start = time.perf_counter()
+    start = _now(settings)
     with _autocast(settings):
         out = model.generate(
             input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=settings.decode_tokens,
             do_sample=False, use_cache=True, pad_token_id=0, eos_token_id=None,
         )
     _sync(settings.device)
-    elapsed = time.perf_counter() - start
+    elapsed = _now(settings) - start
     if out.shape[1] != prompt.shape[1] + settings.decode_tokens:
         raise RuntimeError(f"generate() returned {out.shape[1] - prompt.shape[1]} new tokens, "
                            f"expected {settings.decode_tokens}")
@@ -228,7 +328,7 @@ def _train_memory_run(name: str, settings: BenchSettings) -> None:
     model = build_models([name], settings, share_weights=False)[name]
     trainer = _Trainer(model, settings, _batch(settings, model.config.vocab_size, settings.batch_size,
                                                settings.seq_len))
-    for _ in range(settings.warmup + 2):
+    for _ in range(2):  # the second step holds parameters, gradients, AdamW state and activations at once
         trainer.step()
 
 
@@ -356,9 +456,32 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else round(a / b, 4)
 
 
+def _interleave(trainers: dict, steps: int, warmup: int) -> dict[str, list[float]]:
+    """Run ``warmup + steps`` rounds; round i runs every trainer once, in an order rotated by i. Timed steps only."""
+    order = list(trainers)
+    times: dict[str, list[float]] = {key: [] for key in order}
+    for i in range(warmup + steps):
+        shift = i % len(order)
+        for key in order[shift:] + order[:shift]:
+            elapsed = trainers[key].step()
+            if i >= warmup:
+                times[key].append(elapsed)
+    return times
+
+
+def _paired(a: list[float], b: list[float]) -> float | None:
+    """Median over i of a_i / b_i (steps i of both ran in the same round, back to back)."""
+    pairs = [x / y for x, y in zip(a, b) if y > 0]
+    return round(_median(pairs), 4) if pairs else None
+
+
 def run_benchmark(archs: list[str], settings: BenchSettings) -> list[dict]:
-    """Benchmark ``archs`` plus ``pre_ln`` and Llama; returns one result dict per model (reference models first)."""
-    # imported here: the registry loads torch, transformers and every architecture (import cost)
+    """Benchmark ``archs`` plus ``pre_ln`` and Llama; returns one result dict per model (reference models first).
+
+    With ``settings.compile`` every model also runs compiled (a second copy with the same init, compiled in place by
+    :func:`depthbench.compiled.compile_model`), interleaved with the eager ones; ``result["compiled"]`` holds its step
+    times, its ratios to compiled ``pre_ln`` and its speed-up over eager.
+    """
     from depthbench.registry import resolve_archs
 
     if settings.threads:
@@ -376,16 +499,14 @@ def run_benchmark(archs: list[str], settings: BenchSettings) -> list[dict]:
     models = build_models(names, settings)
     vocab = fields["vocab_size"]
     batch = _batch(settings, vocab, settings.batch_size, settings.seq_len)
-    trainers = {name: _Trainer(model, settings, batch) for name, model in models.items()}
-    order = list(names)
-    step_times: dict[str, list[float]] = {name: [] for name in names}
-    for i in range(settings.warmup + settings.steps):
-        shift = i % len(order)
-        for name in order[shift:] + order[:shift]:
-            elapsed = trainers[name].step()
-            if i >= settings.warmup:
-                step_times[name].append(elapsed)
+    trainers = {(name, False): _Trainer(model, settings, batch) for name, model in models.items()}
+    if settings.compile:
+        for name, model in build_models(names, settings).items():
+            trainers[(name, True)] = _Trainer(model, settings, batch, compiled=True)
+    times = _interleave(trainers, settings.steps, settings.warmup)
+    step_times = {name: times[(name, False)] for name in names}
 
+    order = list(names)
     decode_times: dict[str, dict[int, list[float]]] = {name: {} for name in names}
     for bs_index, bs in enumerate(settings.decode_batch_sizes):
         prompt = _batch(settings, vocab, bs, settings.prompt_len, offset=100 + bs_index)
@@ -408,7 +529,7 @@ def run_benchmark(archs: list[str], settings: BenchSettings) -> list[dict]:
             "kind": "transformers.LlamaForCausalLM" if name == LLAMA else f"depthbench.{name}",
             "shape": settings.shape,
             "params": sum(p.numel() for p in model.parameters()),
-            "first_loss": trainers[name].losses[0] if trainers[name].losses else None,
+            "first_loss": trainers[(name, False)].losses[0] if trainers[(name, False)].losses else None,
             "train_step_s_median": median,
             "train_step_s_min": min(step_times[name]) if step_times[name] else None,
             "train_step_s": [round(t, 6) for t in step_times[name]],
@@ -419,6 +540,16 @@ def run_benchmark(archs: list[str], settings: BenchSettings) -> list[dict]:
             "torch": torch.__version__,
             "platform": platform.platform(),
         })
+        if settings.compile:
+            compiled = times[(name, True)]
+            results[-1]["compiled"] = {
+                "train_step_s_median": _median(compiled),
+                "train_step_s": [round(t, 6) for t in compiled],
+                "first_loss": trainers[(name, True)].losses[0],
+                "speedup_vs_eager": _paired(step_times[name], compiled),
+                "train_time_ratio_paired_vs_pre_ln": _paired(compiled, times[(REFERENCE, True)]),
+                "train_time_ratio_paired_vs_llama": _paired(compiled, times[(LLAMA, True)]),
+            }
     by_name = {r["model"]: r for r in results}
     for r in results:
         for ref in (REFERENCE, LLAMA):
@@ -426,8 +557,7 @@ def run_benchmark(archs: list[str], settings: BenchSettings) -> list[dict]:
             r[f"train_time_ratio_vs_{ref}"] = _ratio(r["train_step_s_median"], other["train_step_s_median"])
             # Noise-robust companions: the median of per-step ratios (timed step i of both models ran back to
             # back) and the ratio of the fastest steps.
-            pairs = [a / b for a, b in zip(r["train_step_s"], other["train_step_s"]) if b > 0]
-            r[f"train_time_ratio_paired_vs_{ref}"] = round(_median(pairs), 4) if pairs else None
+            r[f"train_time_ratio_paired_vs_{ref}"] = _paired(r["train_step_s"], other["train_step_s"])
             r[f"train_time_ratio_min_vs_{ref}"] = _ratio(r["train_step_s_min"], other["train_step_s_min"])
             r[f"decode_speed_ratio_vs_{ref}"] = {bs: _ratio(v, other["decode_tokens_per_s"].get(bs))
                                                   for bs, v in r["decode_tokens_per_s"].items()}
@@ -444,6 +574,8 @@ def format_results(results: list[dict]) -> str:
     header = ["model", "params", "step ms", "vs pre_ln", "vs llama", "paired vs llama", "train tok/s"]
     header += [f"dec tok/s bs{bs}" for bs in sizes] + [f"vs pre_ln bs{bs}" for bs in sizes]
     header += ["peak MB", "mem vs pre_ln", "first loss"]
+    compiled = bool(results) and "compiled" in results[0]
+    header += ["compiled ms", "compiled vs pre_ln", "compile speed-up", "compiled first loss"] if compiled else []
     body = []
     for r in results:
         median = r["train_step_s_median"]
@@ -455,10 +587,122 @@ def format_results(results: list[dict]) -> str:
         mem = r["peak_mem_bytes"]
         line += [num(None if mem is None else mem / 2**20, ".0f"), num(r["peak_mem_ratio_vs_pre_ln"], ".3f"),
                  num(r["first_loss"], ".4f")]
+        if compiled:
+            c = r["compiled"]
+            line += [num(None if c["train_step_s_median"] is None else 1e3 * c["train_step_s_median"], ".1f"),
+                     num(c["train_time_ratio_paired_vs_pre_ln"], ".3f"), num(c["speedup_vs_eager"], ".3f"),
+                     num(c["first_loss"], ".4f")]
         body.append(line)
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
                      for row in [header, *body])
+
+
+# ================================================================================================ grids of shapes
+TRAIN_TIME_TARGETS: dict[str, float] = {
+    LLAMA: 1.03,  # the llama row holds pre_ln's time / Llama's: pre_ln within 1.03x of LlamaForCausalLM
+    "hc": 1.20, "mhc": 1.30, "attnres": 1.20, "block_attnres": 1.10, "moda": 1.40, "denseformer": 1.08,
+}
+"""Eager train-step targets (time / ``pre_ln``'s, at every shape of the range; the norm family and any other
+architecture: :data:`DEFAULT_TRAIN_TIME_TARGET`)."""
+DEFAULT_TRAIN_TIME_TARGET = 1.08
+COMPILED_TARGET = 1.15
+"""Compiled train-step target for every architecture, relative to compiled ``pre_ln``."""
+
+
+def _worst_and_median(values: list[float | None]) -> tuple[float | None, float | None]:
+    values = [v for v in values if v is not None]
+    return (max(values), round(statistics.median(values), 4)) if values else (None, None)
+
+
+def summarize(per_shape: list[list[dict]]) -> list[dict]:
+    """Per model, over shapes: worst and median paired train-step ratio vs ``pre_ln`` (for ``llama``: pre_ln's
+    ratio vs Llama), worst decode-speed ratio per batch size, worst peak-memory ratio, and the compiled figures."""
+    rows: dict[str, dict] = {}
+    for results in per_shape:
+        for r in results:
+            rows.setdefault(r["model"], {"model": r["model"], "shapes": [], "ratios": [], "decode": {}, "mem": [],
+                                         "compiled": [], "speedup": []})
+            row = rows[r["model"]]
+            row["shapes"].append(r["shape"])
+            if r["model"] == LLAMA:  # the Llama row reports pre_ln's overhead over Llama
+                pre_ln = next(x for x in results if x["model"] == REFERENCE)
+                row["ratios"].append(pre_ln["train_time_ratio_paired_vs_llama"])
+            else:
+                row["ratios"].append(r["train_time_ratio_paired_vs_pre_ln"])
+            for bs, value in r["decode_speed_ratio_vs_pre_ln"].items():
+                row["decode"].setdefault(bs, []).append(value)
+            row["mem"].append(r["peak_mem_ratio_vs_pre_ln"])
+            if "compiled" in r:
+                row["compiled"].append(r["compiled"]["train_time_ratio_paired_vs_pre_ln"])
+                row["speedup"].append(r["compiled"]["speedup_vs_eager"])
+    out = []
+    for name, row in rows.items():
+        worst, median = _worst_and_median(row["ratios"])
+        target = TRAIN_TIME_TARGETS.get(name, DEFAULT_TRAIN_TIME_TARGET)
+        summary = {
+            "summary": True, "model": name, "shapes": row["shapes"],
+            "train_time_ratio_vs_pre_ln_worst": worst, "train_time_ratio_vs_pre_ln_median": median,
+            "train_time_ratios": row["ratios"], "train_time_target": None if name == REFERENCE else target,
+            "decode_speed_ratio_vs_pre_ln_worst": {bs: min((v for v in vs if v is not None), default=None)
+                                                   for bs, vs in row["decode"].items()},
+            "peak_mem_ratio_vs_pre_ln_worst": _worst_and_median(row["mem"])[0],
+        }
+        if name == LLAMA:
+            summary["note"] = "train-time ratios of pre_ln vs LlamaForCausalLM (target <= 1.03)"
+        if name == REFERENCE:
+            summary["train_time_ratio_vs_pre_ln_worst"] = summary["train_time_ratio_vs_pre_ln_median"] = 1.0
+        if row["compiled"]:
+            summary["compiled_ratio_vs_pre_ln_worst"], summary["compiled_ratio_vs_pre_ln_median"] = \
+                _worst_and_median(row["compiled"])
+            summary["compile_speedup_median"] = _worst_and_median(row["speedup"])[1]
+            summary["compiled_target"] = None if name in (REFERENCE, LLAMA) else COMPILED_TARGET
+        if summary["train_time_target"] is not None and worst is not None:
+            summary["train_time_target_met"] = worst <= summary["train_time_target"]
+        out.append(summary)
+    return out
+
+
+def format_summary(summaries: list[dict]) -> str:
+    """The across-shapes table: worst / median train-step ratio, worst decode and memory ratios, compiled."""
+    def num(x, spec=".3f"):
+        return "-" if x is None else format(x, spec)
+
+    sizes = sorted({bs for s in summaries for bs in s["decode_speed_ratio_vs_pre_ln_worst"]}, key=int)
+    compiled = any("compiled_ratio_vs_pre_ln_worst" in s for s in summaries)
+    header = ["model", "shapes", "worst", "median", "target", "met"]
+    header += [f"decode bs{bs} worst" for bs in sizes] + ["mem worst"]
+    header += ["compiled worst", "compiled median", "compile speed-up"] if compiled else []
+    body = []
+    for s in summaries:
+        met = s.get("train_time_target_met")
+        line = [s["model"] + (" (pre_ln vs llama)" if s["model"] == LLAMA else ""), str(len(s["shapes"])),
+                num(s["train_time_ratio_vs_pre_ln_worst"]), num(s["train_time_ratio_vs_pre_ln_median"]),
+                num(s["train_time_target"], ".2f"), "-" if met is None else ("yes" if met else "NO")]
+        line += [num(s["decode_speed_ratio_vs_pre_ln_worst"].get(bs)) for bs in sizes]
+        line += [num(s["peak_mem_ratio_vs_pre_ln_worst"])]
+        if compiled:
+            line += [num(s.get("compiled_ratio_vs_pre_ln_worst")), num(s.get("compiled_ratio_vs_pre_ln_median")),
+                     num(s.get("compile_speedup_median"))]
+        body.append(line)
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+                     for row in [header, *body])
+
+
+def run_shapes(archs: list[str], shapes: list[BenchShape], settings: BenchSettings,
+               on_shape: Callable[[BenchShape, list[dict]], None] | None = None) -> tuple[list[list[dict]], list[dict]]:
+    """:func:`run_benchmark` at every shape (each shape's models built, measured and freed in turn); returns the
+    per-shape results and :func:`summarize` of them. ``on_shape(shape, results)`` is called after each shape."""
+    per_shape = []
+    for shape in shapes:
+        results = run_benchmark(archs, replace(settings, shape=shape.name, batch_size=shape.batch_size,
+                                               seq_len=shape.seq_len))
+        per_shape.append(results)
+        if on_shape is not None:
+            on_shape(shape, results)
+        gc.collect()
+    return per_shape, summarize(per_shape)
 
 
 # ================================================================================================ CLI
@@ -470,40 +714,78 @@ def _int_list(text: str) -> list[int]:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    # imported here: the registry loads torch, transformers and every architecture (import cost)
     from depthbench.registry import resolve_archs
-    from depthbench.shapes import get_shape
 
     archs = resolve_archs(args.arch)  # unknown ids raise ValueError listing the valid ones
-    get_shape(args.shape)
+    quick = {"steps": 3, "warmup": 1, "decode_repeats": 1}
+    for name, default in {"steps": 10, "warmup": 2, "decode_repeats": 3}.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick[name] if args.quick else default)
     for name in ("batch_size", "seq_len", "steps", "decode_tokens", "prompt_len", "decode_repeats"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')}={getattr(args, name)} is not allowed: it must be >= 1.")
     if args.warmup < 0 or args.threads < 0:
         raise ValueError("--warmup and --threads must be >= 0.")
+    if args.compile and args.warmup < 1:
+        raise ValueError("--warmup=0 is not allowed with --compile: the first step compiles (use --warmup 1 or more).")
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.clock == "cpu" and torch.device(args.device).type != "cpu":
+        raise ValueError("--clock=cpu is not allowed on CUDA: GPU work is not process CPU time (use --clock wall).")
     if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"--device={args.device!r} is not allowed: CUDA is not available here (use cpu).")
+    if args.shapes is not None:
+        shapes = resolve_bench_shapes(args.shapes, args.batch_size, args.seq_len, args.vocab_size, quick=args.quick)
+    else:
+        shapes = [parse_bench_shape(args.shape, args.batch_size, args.seq_len, args.vocab_size)]
     settings = BenchSettings(
         shape=args.shape, batch_size=args.batch_size, seq_len=args.seq_len, steps=args.steps, warmup=args.warmup,
         dtype=args.dtype, device=args.device, compile=args.compile, decode_tokens=args.decode_tokens,
         decode_batch_sizes=args.decode_batch_sizes, prompt_len=args.prompt_len, decode_repeats=args.decode_repeats,
         threads=args.threads, attn_implementation=args.attn_implementation, memory=not args.no_memory,
-        seed=args.seed,
+        seed=args.seed, vocab_size=args.vocab_size, clock=args.clock,
     )
     if settings.threads:
         torch.set_num_threads(settings.threads)
-    print(f"# depthbench bench: shape {settings.shape}, batch {settings.batch_size} x {settings.seq_len}, "
+    print(f"# depthbench bench: {len(shapes)} shape(s) ({', '.join(s.name for s in shapes)}), "
           f"{settings.steps} timed steps after {settings.warmup} warmup, dtype {settings.dtype}, "
           f"device {settings.device}, torch threads {torch.get_num_threads()} (torch.set_num_threads), "
           f"interop threads {torch.get_num_interop_threads()}, attention {settings.attn_implementation}, "
-          f"compile {settings.compile}, torch {torch.__version__}", flush=True)
-    results = run_benchmark(archs, settings)
-    print(format_results(results))
-    for r in results:
-        print(json.dumps(r, sort_keys=False))
+          f"compile {settings.compile}, clock {settings.clock}, torch {torch.__version__}", flush=True)
+    if args.shapes is None:
+        shape = shapes[0]
+        results = run_benchmark(archs, replace(settings, shape=args.shape, batch_size=shape.batch_size,
+                                               seq_len=shape.seq_len))
+        print(format_results(results))
+        for r in results:
+            print(json.dumps(r, sort_keys=False))
+        if args.json_out:
+            with open(args.json_out, "w") as handle:
+                json.dump(results, handle, indent=1)
+        return 0
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(shapes), desc="bench shapes", unit="shape", file=sys.stderr, disable=args.quiet)
+
+    def on_shape(shape: BenchShape, results: list[dict]) -> None:
+        print(f"\n## {shape.name}: d={shape.fields['hidden_size']}, L={shape.fields['num_hidden_layers']}, "
+              f"batch {shape.batch_size} x {shape.seq_len}", flush=True)
+        print(format_results(results))
+        for r in results:
+            print(json.dumps(r, sort_keys=False), flush=True)
+        bar.update(1)
+
+    per_shape, summaries = run_shapes(archs, shapes, settings, on_shape)
+    bar.close()
+    print(f"\n## across {len(shapes)} shapes: paired train-step ratio vs pre_ln (worst = max over shapes), "
+          "decode and memory ratios (worst = min speed / max memory)")
+    print(format_summary(summaries))
+    for summary in summaries:
+        print(json.dumps(summary, sort_keys=False))
     if args.json_out:
         with open(args.json_out, "w") as handle:
-            json.dump(results, handle, indent=1)
+            json.dump({"shapes": per_shape, "summary": summaries}, handle, indent=1)
     return 0
 
 
@@ -516,24 +798,38 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         "state dict as pre_ln) in one process, interleaving the models; see `python -m pydoc depthbench.bench`.",
     )
     p.add_argument("--arch", default=REFERENCE, help="architecture id(s): one id, a comma-separated list, or 'all'")
-    p.add_argument("--shape", default="bench-L8", help="named shape <grid>-L<depth> (default bench-L8, ~20M params)")
+    p.add_argument("--shape", default="bench-L8",
+                   help="one shape: a named shape <grid>-L<depth> (default bench-L8, ~20M params) or "
+                   "d<width>-L<depth>[-b<batch>][-s<seq>]")
+    p.add_argument("--shapes", help="many shapes: a comma-separated list (as --shape) or a grid name: "
+                   f"{', '.join(BENCH_GRIDS)} or a `depthbench shapes` grid; prints worst/median ratios over them")
+    p.add_argument("--quick", action="store_true",
+                   help="the grid's quick subset (speed -> speed-quick) and 3 steps / 1 warmup / 1 decode repeat")
     p.add_argument("--batch-size", type=int, default=8, help="training batch size (default 8)")
     p.add_argument("--seq-len", type=int, default=256, help="training sequence length (default 256)")
-    p.add_argument("--steps", type=int, default=10, help="timed training steps per model (default 10)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed warmup steps per model (default 2)")
+    p.add_argument("--vocab-size", type=int, default=8192, help="vocabulary of d<width>-L<depth> shapes (8192)")
+    p.add_argument("--steps", type=int, help="timed training steps per model (default 10; --quick 3)")
+    p.add_argument("--warmup", type=int, help="untimed warmup steps per model (default 2; --quick 1)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                    help="float32, or bfloat16 autocast over fp32 weights (default float32)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
-    p.add_argument("--compile", action="store_true", help="torch.compile the training forward")
+    p.add_argument("--device", default=None, help="torch device (default cuda if available, else cpu)")
+    p.add_argument("--compile", action="store_true",
+                   help="also run every model compiled (depthbench.compiled.compile_model, the trainer's "
+                   "model.compile=true path) and report its ratio to compiled pre_ln and its speed-up over eager")
     p.add_argument("--decode-tokens", type=int, default=32, help="new tokens per generate() call (default 32)")
-    p.add_argument("--decode-batch-sizes", type=_int_list, default=[1, 4], help="decode batch sizes (default 1,4)")
+    p.add_argument("--decode-batch-sizes", type=_int_list, default=[1, 8], help="decode batch sizes (default 1,8)")
     p.add_argument("--prompt-len", type=int, default=16, help="decode prompt length (default 16)")
-    p.add_argument("--decode-repeats", type=int, default=3, help="timed generate() calls per batch size (default 3)")
+    p.add_argument("--decode-repeats", type=int,
+                   help="timed generate() calls per batch size (default 3; --quick 1)")
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default 0: keep torch's default)")
     p.add_argument("--attn-implementation", default="sdpa", choices=["sdpa", "eager"], help="attention backend")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     p.add_argument("--seed", type=int, default=0, help="init and data seed")
     p.add_argument("--json-out", help="also write all results to this JSON file")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="wall time (default), or process CPU time: on a shared, oversubscribed CPU it measures the "
+                   "work instead of the waiting (use with --threads 1)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_bench)
 
 

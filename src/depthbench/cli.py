@@ -3,13 +3,16 @@
     depthbench --help
     depthbench archs [--json]
     depthbench shapes 400m --arch mhc [--depths 16,24] [--json | --csv]
-    depthbench bench --arch hc,mhc --shape bench-L8
+    depthbench bench --arch hc,mhc --shapes bench --quick
 
-Subcommands live next to the code they drive: every module in :data:`COMMAND_MODULES` defines
-``register_cli(subparsers)``, which adds its parser(s) and sets ``func`` (called with the parsed namespace; returns
-an exit code or ``None``). To add a command, write ``register_cli`` in your module and add one line to
-:data:`COMMAND_MODULES`. A module that fails to import does not break the other commands: the failure is listed
-at the end of ``depthbench --help`` and reported in full when its command is used.
+Every command lives next to the code it drives: its module defines ``register_cli(subparsers)``, which adds its
+parser(s) and sets ``func`` (called with the parsed namespace; returns an exit code or ``None``). :data:`COMMANDS`
+maps each command name to that module and a one-line summary; to add a command, write ``register_cli`` in your module
+and add one line to :data:`COMMANDS`.
+
+The command line answers at once: ``depthbench --help`` reads only the table, and ``depthbench <command>`` imports
+only that command's module (so torch, transformers, datasets ... load only for the commands that use them, and a
+module that fails to import breaks only its own commands, with the error shown when one of them is used).
 """
 
 from __future__ import annotations
@@ -22,24 +25,24 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-COMMAND_MODULES: list[str] = [
-    "depthbench.cli",  # archs
-    "depthbench.shapes",  # shapes
-    "depthbench.bench",  # bench
-    "depthbench.data.prepare",  # prepare-data
-    "depthbench.train",  # train
-    "depthbench.sweep",  # sweep
-    "depthbench.report",  # report
-    "depthbench.demo",  # demo (and its alias `sweep --preset demo`, see ALIASES)
-    "depthbench.evaluation",  # eval
-    "depthbench.sft",  # sft
-    "depthbench.hub.publish",  # publish
-    "depthbench.hub.convert",  # convert
-    "depthbench.hub.export_llama",  # export-llama
-    "depthbench.analysis.command",  # analyze
-    # (new command modules: one line above this comment)
-]
-"""Modules that contribute subcommands (each defines ``register_cli(subparsers)``)."""
+COMMANDS: dict[str, tuple[str, str]] = {
+    "archs": ("depthbench.cli", "list the registered architectures"),
+    "shapes": ("depthbench.shapes", "shape grids of the design rule with exact parameter counts"),
+    "bench": ("depthbench.bench", "train-step time, decode speed and peak memory vs pre_ln and LlamaForCausalLM"),
+    "prepare-data": ("depthbench.data.prepare", "tokenize parquet/jsonl/txt files or a Hub dataset into token shards"),
+    "train": ("depthbench.train", "pretrain a model (Accelerate: CPU, GPU, DDP, FSDP2)"),
+    "sweep": ("depthbench.sweep", "train architectures x aspect ratios at a fixed parameter budget"),
+    "report": ("depthbench.report", "rebuild results.csv, the plot and report.md of a sweep folder"),
+    "demo": ("depthbench.demo", "the offline CPU demo: a small real aspect-ratio sweep (< 10 min)"),
+    "eval": ("depthbench.evaluation", "lm-eval on a checkpoint or every run of a sweep (results.json/.md, card)"),
+    "sft": ("depthbench.sft", "supervised fine-tuning (Commonsense170K recipe) with transformers.Trainer"),
+    "publish": ("depthbench.hub.publish", "upload a run, a sweep or a converted model to the Hugging Face Hub"),
+    "convert": ("depthbench.hub.convert", "convert a released checkpoint of the study (OLMo-core) to depthbench"),
+    "export-llama": ("depthbench.hub.export_llama", "export a pre_ln checkpoint as a stock LlamaForCausalLM"),
+    "analyze": ("depthbench.analysis.command", "layer analyses of a checkpoint, a Hub model or every run of a sweep"),
+    # (new commands: one line above this comment)
+}
+"""Command name -> (module defining ``register_cli`` that adds it, one-line summary for ``depthbench --help``)."""
 
 ALIASES: dict[tuple[str, str, str], str] = {
     ("sweep", "--preset", "demo"): "demo",  # the README's first command, from before `depthbench demo` existed
@@ -50,7 +53,6 @@ of the old command that the target does not take are refused with a message nami
 
 # ================================================================================================ archs
 def _cmd_archs(args: argparse.Namespace) -> int:
-    # imported here: the registry loads torch, transformers and every architecture (import cost)
     from depthbench.registry import ARCHITECTURES
 
     rows = [{"id": a.id, "model_type": a.model_type, "family": a.family, "arxiv": a.paper_url,
@@ -77,25 +79,30 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 
 
 # ================================================================================================ entry point
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
-    """The ``depthbench`` parser and ``{module: error}`` for command modules that failed to import/register."""
+def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
     parser = argparse.ArgumentParser(
         prog="depthbench",
         description="DepthBench: residual-connection architectures x width/depth aspect ratio, Hugging Face-native.",
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="<command>")
-    failures: dict[str, str] = {}
-    for module_name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-            module.register_cli(subparsers)
-        except Exception as exc:  # one broken module must not take the whole CLI down
-            failures[module_name] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    parser.commands = set(subparsers.choices)  # names of the registered subcommands
-    if failures:
-        parser.epilog = "unavailable command modules:\n" + "\n".join(f"  {m}: {e}" for m, e in failures.items())
-        parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    return parser, failures
+    return parser, parser.add_subparsers(dest="command", metavar="<command>")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``depthbench`` parser. Every command of :data:`COMMANDS` is listed with its summary; only ``command``'s
+    module is imported and registers its real parser (the others stay argument-less placeholders).
+
+    Raises ``ImportError`` (or whatever the module raised) when ``command``'s module cannot be loaded.
+    """
+    parser, subparsers = _top_parser()
+    if command in COMMANDS:
+        module_name = COMMANDS[command][0]
+        importlib.import_module(module_name).register_cli(subparsers)
+        if command not in subparsers.choices:
+            raise ImportError(f"{module_name}.register_cli did not add the command {command!r}")
+    for name, (_, summary) in COMMANDS.items():
+        if name not in subparsers.choices:
+            subparsers.add_parser(name, help=summary, add_help=False)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -105,15 +112,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     exit code 2; set ``DEPTHBENCH_TRACEBACK=1`` to see the traceback instead.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser, failures = build_parser()
     argv, alias = _resolve_alias(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
-    if command is not None and command not in parser.commands and failures:
-        # The command probably belongs to a module that failed to import: say which and why.
-        print(f"depthbench: error: unknown command {command!r}; these command modules failed to load:",
-              file=sys.stderr)
-        for module_name, error in failures.items():
-            print(f"  {module_name}: {error}", file=sys.stderr)
+    try:
+        parser = build_parser(command)
+    except Exception as exc:  # the command's module is broken: say which and why (the other commands still work)
+        if os.environ.get("DEPTHBENCH_TRACEBACK"):
+            raise
+        error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        print(f"depthbench: error: the command {command!r} is unavailable: its module {COMMANDS[command][0]} "
+              f"failed to load:\n  {error}", file=sys.stderr)
         return 2
     if alias:
         args, unknown = parser.parse_known_args(argv)

@@ -14,19 +14,25 @@ import importlib
 import inspect
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-import transformers
-from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
+if TYPE_CHECKING:  # this module is imported by the command line: transformers/torch load only when a class is used
+    from transformers import PretrainedConfig, PreTrainedModel
 
 
 @dataclass(frozen=True)
 class Architecture:
-    """One registered architecture: ``causal_lm`` is ``"modeling_<file>.<ForCausalLM class>"`` in modeling/."""
+    """One registered architecture: ``causal_lm`` is ``"modeling_<file>.<ForCausalLM class>"`` in modeling/.
+
+    ``family`` is the analysis family of its wiring (``wiring_class.family``; a registry test checks the two agree),
+    written here so that listing the registry needs no model code.
+    """
 
     id: str
     causal_lm: str
     description: str
     arxiv: str
+    family: str = "residual"
 
     @cached_property
     def causal_lm_class(self) -> type[PreTrainedModel]:
@@ -50,7 +56,8 @@ class Architecture:
 
     @property
     def model_type(self) -> str:
-        return self.config_class.model_type
+        """``depthbench_<id>`` (every config class declares exactly this; a registry test checks it)."""
+        return f"depthbench_{self.id}"
 
     @property
     def paper_url(self) -> str:
@@ -61,14 +68,8 @@ class Architecture:
         """The model-card snippet: the config class docstring (paragraph + equations + paper link)."""
         return inspect.cleandoc(self.config_class.__doc__ or self.description)
 
-    @property
-    def family(self) -> str:
-        """Family of the architecture's wiring ("residual", "hyper_connections", "attnres", ...), shown by
-        ``depthbench archs``."""
-        return self.model_class.wiring_class.family
 
-
-# One line per architecture: id, "modeling file.causal-LM class", one-line description, arXiv id.
+# One line per architecture: id, "modeling file.causal-LM class", one-line description, arXiv id[, family].
 # Order: the normalization-placement family, then multi-stream and cross-layer designs (the study's order).
 _TABLE: list[Architecture] = [
     Architecture("pre_ln", "modeling_pre_ln.PreLNForCausalLM", "Pre-LN: x + F(N(x)); the Llama baseline", "2002.04745"),
@@ -80,10 +81,14 @@ _TABLE: list[Architecture] = [
     Architecture("mix_ln", "modeling_mix_ln.MixLNForCausalLM", "Mix-LN: Post-LN first L/4, then Pre-LN", "2412.13795"),
     Architecture("depth_mup", "modeling_depth_scaled.DepthMuPForCausalLM", "depth-muP: branch x m_L^-.5", "2310.02244"),
     Architecture("completep", "modeling_depth_scaled.CompletePForCausalLM", "CompleteP: branch x m_L^-1", "2505.01618"),
-    Architecture("hc", "modeling_hc.HCForCausalLM", "Hyper-Connections: n streams, tanh-gated mixing", "2409.19606"),
-    Architecture("mhc", "modeling_mhc.MHCForCausalLM", "mHC: n streams, doubly stochastic mixing", "2512.24880"),
-    Architecture("attnres", "modeling_attnres.AttnResForCausalLM", "Full AttnRes: softmax over depth", "2603.15031"),
-    Architecture("block_attnres", "modeling_attnres.BlockAttnResForCausalLM", "Block AttnRes: block sum", "2603.15031"),
+    Architecture("hc", "modeling_hc.HCForCausalLM", "Hyper-Connections: n streams, tanh-gated mixing", "2409.19606",
+                 "hyper_connections"),
+    Architecture("mhc", "modeling_mhc.MHCForCausalLM", "mHC: n streams, doubly stochastic mixing", "2512.24880",
+                 "hyper_connections"),
+    Architecture("attnres", "modeling_attnres.AttnResForCausalLM", "Full AttnRes: softmax over depth", "2603.15031",
+                 "attnres"),
+    Architecture("block_attnres", "modeling_attnres.BlockAttnResForCausalLM", "Block AttnRes: block sum", "2603.15031",
+                 "attnres"),
     Architecture("moda", "modeling_moda.MoDAForCausalLM", "MoDA: attend to sequence + same-token depth", "2603.15619"),
     Architecture("denseformer", "modeling_denseformer.DenseFormerForCausalLM", "DenseFormer: DW-average", "2402.02622"),
     # (new architectures: one line above this comment)
@@ -132,11 +137,11 @@ def build_model(arch_id: str, config: PretrainedConfig | None = None, **fields) 
 
 def register_auto_classes() -> None:
     """Register every architecture with AutoConfig and every Auto model class it has (AutoModel,
-    AutoModelForCausalLM and the task heads; idempotent)."""
+    AutoModelForCausalLM and the task heads; idempotent). ``import depthbench`` arranges for this to run before any
+    Auto class can be used (see ``depthbench/__init__``)."""
+    import transformers
+
     for arch in ARCHITECTURES.values():
-        AutoConfig.register(arch.model_type, arch.config_class, exist_ok=True)
+        transformers.AutoConfig.register(arch.model_type, arch.config_class, exist_ok=True)
         for auto_name, model_class in arch.auto_classes.items():
             getattr(transformers, auto_name).register(arch.config_class, model_class, exist_ok=True)
-
-
-register_auto_classes()

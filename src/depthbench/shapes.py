@@ -39,8 +39,6 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from depthbench.modeling.configuration_depthbench import DepthBenchConfig
-
 COUNTS = ("total", "backbone")
 """What a budget holds fixed: the whole model or the transformer blocks only (no embedding, LM head, final norm)."""
 
@@ -128,7 +126,16 @@ class Shape:
 
 @functools.lru_cache(maxsize=4096)
 def _backbone_counts(**fields: int) -> dict[str, int]:
-    return DepthBenchConfig(**fields).parameter_counts()
+    """``DepthBenchConfig(**fields).parameter_counts()`` (the Pre-LN backbone, untied head), in plain Python so that
+    ``depthbench shapes`` answers without importing transformers; ``tests/test_cli_latency.py`` checks that the two
+    agree on every shape of every grid."""
+    d, f, hd = fields["hidden_size"], fields["intermediate_size"], fields["head_dim"]
+    q_width, kv_width = fields["num_attention_heads"] * hd, fields["num_key_value_heads"] * hd
+    per_block = 2 * d * q_width + 2 * d * kv_width + 3 * d * f + 2 * d  # q, o, k, v; SwiGLU; two norms
+    counts = {"embedding": fields["vocab_size"] * d, "backbone": fields["num_hidden_layers"] * per_block,
+              "lm_head": fields["vocab_size"] * d, "final_norm": d, "extra": 0}
+    counts["total"] = sum(counts.values())
+    return counts
 
 
 def _held(counts: dict[str, int], count: str) -> int:
@@ -321,7 +328,7 @@ def shape_names(grid: str | None = None) -> list[str]:
 # ================================================================================================ tables
 def param_table(
     grid_or_shapes: str | Sequence[Shape],
-    arch: str = "pre_ln",
+    arch: str | None = None,
     *,
     budget: int | None = None,
     count: str | None = None,
@@ -331,7 +338,10 @@ def param_table(
 
     Args:
         grid_or_shapes: A grid name or a list of shapes.
-        arch: Registered architecture whose parameter counts are reported (``extra`` = what it adds to Pre-LN).
+        arch: Registered architecture whose parameter counts are reported (``extra`` = what it adds to Pre-LN), or
+            ``None`` (default): the shared backbone the design rule counts (Pre-LN's counts, computed without
+            loading any model code, so ``depthbench shapes`` answers at once); rows then say ``"pre_ln"``, whose
+            counts these are (Pre-LN adds nothing to the backbone; ``tests/test_shapes.py`` checks it).
         budget: Budget for ``diff_pct``; defaults to the shape's grid budget (``None`` for ad-hoc shapes).
         count: What ``budget`` holds fixed (``"total"``/``"backbone"``); defaults to the grid's.
 
@@ -344,10 +354,10 @@ def param_table(
         _check(len(shapes) > 0 and all(isinstance(s, Shape) for s in shapes), "grid_or_shapes", grid_or_shapes,
                f"a grid name (one of {list(GRIDS)}) or a non-empty list of Shape")
     _check(count is None or count in COUNTS, "count", count, f"one of {list(COUNTS)}")
-    # imported here: the registry loads torch and every architecture (import cost)
-    from depthbench.registry import get
+    if arch is not None:
+        from depthbench.registry import get
 
-    get(arch)  # unknown ids raise, listing the valid ones
+        get(arch)  # unknown ids raise, listing the valid ones
     rows = []
     for shape in shapes:
         grid = GRIDS.get(shape.grid)
@@ -357,7 +367,7 @@ def param_table(
         held = _held(counts, row_count)
         rows.append({
             "shape": shape.name,
-            "arch": arch,
+            "arch": arch or "pre_ln",
             "L": shape.num_layers,
             "d": shape.hidden_size,
             "f": shape.intermediate_size,
@@ -416,10 +426,10 @@ def _parse_depths(text: str) -> list[int]:
 
 # ================================================================================================ CLI
 def _cmd_shapes(args: argparse.Namespace) -> int:
-    # imported here: the registry loads torch and every architecture (import cost)
-    from depthbench.registry import get
+    if args.arch is not None:
+        from depthbench.registry import get
 
-    get(args.arch)  # unknown ids raise, listing the valid ones
+        get(args.arch)  # unknown ids raise, listing the valid ones
     depths = _parse_depths(args.depths) if args.depths else None
     if args.budget is not None:
         _check(depths is not None, "--depths", None, "given with --budget (e.g. --depths 12,24)")
@@ -445,7 +455,7 @@ def _cmd_shapes(args: argparse.Namespace) -> int:
     else:
         first = rows[0]
         if first["budget"] is not None:
-            print(f"# arch {args.arch}; {first['count']} held at {_millions(first['budget'])} "
+            print(f"# arch {args.arch or 'pre_ln'}; {first['count']} held at {_millions(first['budget'])} "
                   f"({first['budget']:,} parameters)")
         print(format_table(rows))
     return 0
@@ -460,7 +470,9 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         "the budget) with the exact parameter counts of an architecture. Without a grid, list the grids.",
     )
     p.add_argument("grid", nargs="?", choices=list(GRIDS), help="named grid (omit to list the grids)")
-    p.add_argument("--arch", default="pre_ln", help="registered architecture whose counts are shown (default pre_ln)")
+    p.add_argument("--arch", default=None,
+                   help="registered architecture whose counts are shown (default: the shared backbone, i.e. pre_ln's "
+                   "counts, computed without loading model code)")
     p.add_argument("--depths", help="comma-separated subset of depths, e.g. 16,24 (required with --budget)")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the rows as JSON")

@@ -236,8 +236,10 @@ class _Run:
                        else round(cfg.optim.warmup_fraction * self.max_steps))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lr_lambda(self.warmup, self.max_steps, cfg.optim.min_lr_ratio))
-        if cfg.model.compile:
-            model = torch.compile(model)
+        if cfg.model.compile:  # in place: same module and parameter names (depthbench.compiled)
+            from depthbench.compiled import compile_model
+
+            compile_model(model)
         self.model, self.optimizer = acc.prepare(model, optimizer)
         acc.register_for_checkpointing(self.scheduler)  # stepped by us once per optimizer step (not per process)
         self.stats = None

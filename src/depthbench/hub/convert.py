@@ -597,7 +597,9 @@ def from_released(repo_id: str, step: int | None = None, cache_dir: str | None =
     from huggingface_hub import constants
     from transformers import AutoModelForCausalLM
 
-    import depthbench.registry  # noqa: F401  (registers the architectures with the Auto classes)
+    from depthbench.registry import register_auto_classes
+
+    register_auto_classes()  # idempotent: the Auto classes know every architecture below
 
     if step is None:
         _, step = download_release(repo_id, None, endpoint=endpoint, cache_dir=hub_cache_dir)

@@ -53,7 +53,9 @@ def export_llama(checkpoint: str, output_dir: str, overwrite: bool = False, chec
     import torch
     from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
-    import depthbench.registry  # noqa: F401  (registers the architectures with the Auto classes)
+    from depthbench.registry import register_auto_classes
+
+    register_auto_classes()  # idempotent: the Auto classes know every architecture below
 
     if os.path.exists(output_dir) and os.listdir(output_dir) and not overwrite:
         raise ValueError(f"{output_dir} exists and is not empty; choose another folder or pass --overwrite")
