@@ -8,6 +8,8 @@ Expensive artefacts are built once per test session and only for the architectur
 * ``selected_arch_ids``: the architecture ids of the collected tests, in registry order.
 
 Slow tests (``@pytest.mark.slow``) are skipped unless ``--runslow`` is given or ``DEPTHBENCH_RUN_SLOW=1``.
+Inductor-compile tests (``@pytest.mark.compile``: minutes each on 2 CPU cores, too many for CI's budget) are
+skipped unless ``--runcompile`` is given or ``DEPTHBENCH_RUN_COMPILE=1``.
 """
 
 from __future__ import annotations
@@ -35,14 +37,21 @@ _SELECTED_KEY = pytest.StashKey[list]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--runslow", action="store_true", default=False, help="also run tests marked slow")
+    parser.addoption("--runcompile", action="store_true", default=False,
+                     help="also run tests marked compile (inductor compilation, minutes each on CPU)")
 
 
 @pytest.hookimpl(trylast=True)  # after -k / -m deselection, so only the archs that will run are counted
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     run_slow = config.getoption("--runslow") or os.environ.get("DEPTHBENCH_RUN_SLOW") == "1"
     skip_slow = pytest.mark.skip(reason="slow: run with --runslow or DEPTHBENCH_RUN_SLOW=1")
+    run_compile = config.getoption("--runcompile") or os.environ.get("DEPTHBENCH_RUN_COMPILE") == "1"
+    skip_compile = pytest.mark.skip(reason="compile: run with --runcompile or DEPTHBENCH_RUN_COMPILE=1")
     selected: set[str] = set()
     for item in items:
+        if item.get_closest_marker("compile") is not None and not run_compile:
+            item.add_marker(skip_compile)
+            continue
         if item.get_closest_marker("slow") is not None and not run_slow:
             item.add_marker(skip_slow)
             continue

@@ -53,8 +53,14 @@ def test_compile_model_is_in_place():
     assert not any(key.startswith("_orig_mod") for key in model.state_dict())
 
 
+# Inductor compiles each architecture for minutes on 2 CPU cores: CI's slow run covers a plain and a multi-stream
+# architecture, the rest run with --runcompile / DEPTHBENCH_RUN_COMPILE=1.
+_CI_COMPILED = ("pre_ln", "hc")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("arch_id", ARCH_IDS)
+@pytest.mark.parametrize("arch_id", [a if a in _CI_COMPILED else pytest.param(a, marks=pytest.mark.compile)
+                                     for a in ARCH_IDS])
 def test_compiled_loss_and_gradients_equal_eager(arch_id):
     torch._dynamo.reset()
     eager, compiled, ids = _model(arch_id), compile_model(_model(arch_id)), _ids()
@@ -75,6 +81,7 @@ def test_compiled_loss_and_gradients_equal_eager(arch_id):
 
 
 @pytest.mark.slow
+@pytest.mark.compile
 def test_trainer_compile_flag_uses_the_compiled_path(tmp_path, monkeypatch):
     """``model.compile=true`` goes through ``compile_model`` and trains to the eager losses (within 1e-5)."""
     from helpers import TINY_FIELDS, make_train_data
