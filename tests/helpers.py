@@ -162,6 +162,20 @@ def seeded_ids(vocab_size: int, batch: int, length: int, seed: int, low: int = 1
 
 
 @torch.no_grad()
-def eval_logits(model, input_ids: torch.Tensor) -> torch.Tensor:
-    """Logits of a full forward without a KV cache."""
-    return model(input_ids=input_ids, use_cache=False).logits
+def eval_logits(model, input_ids: torch.Tensor, **kwargs) -> torch.Tensor:
+    """Logits of a full forward without a KV cache (``kwargs`` go to the model)."""
+    return model(input_ids=input_ids, use_cache=False, **kwargs).logits
+
+
+def cache_of(output):
+    """The KV cache of a model or generate output (field ``cache`` in transformers 5.24, else ``past_key_values``)."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else getattr(output, "past_key_values", None)
+
+
+def greedy(model, input_ids: torch.Tensor, max_new_tokens: int, **kwargs) -> torch.Tensor:
+    """Exactly ``max_new_tokens`` greedy tokens (no EOS stop)."""
+    return model.generate(
+        input_ids=input_ids, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False,
+        pad_token_id=0, eos_token_id=None, **kwargs,
+    )

@@ -23,6 +23,9 @@ from helpers import (
     ARCH_IDS,
     TINY,
     arch_config_class,
+    cache_of,
+    eval_logits,
+    greedy,
     left_pad,
     max_abs_diff,
     positions_from_mask,
@@ -44,24 +47,6 @@ NUM_LAYERS = TINY["num_hidden_layers"]
 
 # The keyword generate() takes a cache under: `cache` in transformers 5.24, `past_key_values` in 5.23.
 _GENERATE_CACHE_KW = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
-
-
-def _cache_of(output):
-    """The KV cache of a model or generate output (field ``cache`` in transformers 5.24, else the old name)."""
-    cache = getattr(output, "cache", None)
-    return cache if cache is not None else getattr(output, "past_key_values", None)
-
-
-@torch.no_grad()
-def _logits(model, input_ids, **kwargs) -> torch.Tensor:
-    return model(input_ids=input_ids, use_cache=False, **kwargs).logits
-
-
-def _greedy(model, input_ids, max_new_tokens: int, **kwargs) -> torch.Tensor:
-    return model.generate(
-        input_ids=input_ids, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False,
-        pad_token_id=0, eos_token_id=None, **kwargs,
-    )
 
 
 # ============================================================================================ 1. configuration
@@ -139,7 +124,7 @@ def test_pre_ln_checkpoint_loads_by_name(arch_id, checkpoints):
     assert set(info["missing_keys"]) <= set(state) - set(saved), info["missing_keys"]
     for name, tensor in state.items():  # the architecture's own tensors got a real init, not meta/garbage
         assert torch.isfinite(tensor).all(), f"{name} is not finite after loading a pre_ln checkpoint"
-    assert torch.isfinite(_logits(model.eval(), source.input_ids)).all()
+    assert torch.isfinite(eval_logits(model.eval(), source.input_ids)).all()
 
 
 def test_pre_ln_is_a_llama_checkpoint():
@@ -195,14 +180,14 @@ def test_loss_is_shifted_cross_entropy_ignoring_minus_100(arch_id):
 def test_logits_to_keep(arch_id):
     model = tiny_model(arch_id)
     ids = random_ids(2, 9, seed=2)
-    full = _logits(model, ids)
+    full = eval_logits(model, ids)
     assert full.shape == (2, 9, TINY["vocab_size"])
     for keep in (1, 3):
-        kept = _logits(model, ids, logits_to_keep=keep)
+        kept = eval_logits(model, ids, logits_to_keep=keep)
         assert kept.shape == (2, keep, TINY["vocab_size"])
         assert max_abs_diff(kept, full[:, -keep:]) < ATOL
     index = torch.tensor([0, 4, 8])
-    assert max_abs_diff(_logits(model, ids, logits_to_keep=index), full[:, index]) < ATOL
+    assert max_abs_diff(eval_logits(model, ids, logits_to_keep=index), full[:, index]) < ATOL
 
 
 @ARCH
@@ -230,9 +215,9 @@ def test_left_padding_matches_unpadded(arch_id, attn):
     model = tiny_model(arch_id, attn_implementation=attn)
     rows = [random_ids(1, 10, seed=11)[0], random_ids(1, 6, seed=12)[0], random_ids(1, 1, seed=13)[0]]
     ids, mask = left_pad(rows)
-    padded = _logits(model, ids, attention_mask=mask, position_ids=positions_from_mask(mask))
+    padded = eval_logits(model, ids, attention_mask=mask, position_ids=positions_from_mask(mask))
     for i, row in enumerate(rows):
-        alone = _logits(model, row[None])[0]
+        alone = eval_logits(model, row[None])[0]
         assert max_abs_diff(padded[i, -len(row):], alone) < ATOL, f"row {i}"
 
 
@@ -241,8 +226,8 @@ def test_left_padding_matches_unpadded(arch_id, attn):
 def test_greedy_generate_with_cache_equals_without(arch_id):
     model = tiny_model(arch_id)
     ids = random_ids(2, 5, seed=4)
-    with_cache = _greedy(model, ids, 8, use_cache=True)
-    without_cache = _greedy(model, ids, 8, use_cache=False)
+    with_cache = greedy(model, ids, 8, use_cache=True)
+    without_cache = greedy(model, ids, 8, use_cache=False)
     assert with_cache.shape == (2, 13)
     assert torch.equal(with_cache, without_cache)
 
@@ -251,14 +236,14 @@ def test_greedy_generate_with_cache_equals_without(arch_id):
 def test_incremental_decoding_matches_full_forward(arch_id):
     model = tiny_model(arch_id)
     ids = random_ids(2, 12, seed=6)
-    full = _logits(model, ids)
+    full = eval_logits(model, ids)
     cache = DynamicCache(config=model.config)
     pieces = []
     with torch.no_grad():
         out = model(input_ids=ids[:, :5], cache=cache, use_cache=True)
         pieces.append(out.logits)
         for t in range(5, 12):
-            cache = _cache_of(out)
+            cache = cache_of(out)
             assert cache is not None and cache.get_seq_length() == t
             out = model(input_ids=ids[:, t:t + 1], cache=cache, use_cache=True)
             pieces.append(out.logits)
@@ -270,9 +255,9 @@ def test_left_padded_batch_generates_like_each_sequence_alone(arch_id):
     model = tiny_model(arch_id)
     rows = [random_ids(1, 7, seed=21)[0], random_ids(1, 3, seed=22)[0]]
     ids, mask = left_pad(rows)
-    batch = _greedy(model, ids, 6, attention_mask=mask)
+    batch = greedy(model, ids, 6, attention_mask=mask)
     for i, row in enumerate(rows):
-        alone = _greedy(model, row[None], 6)
+        alone = greedy(model, row[None], 6)
         assert torch.equal(batch[i, -6:], alone[0, -6:]), f"row {i}"
 
 
@@ -280,11 +265,11 @@ def test_left_padded_batch_generates_like_each_sequence_alone(arch_id):
 def test_generate_continues_from_returned_cache(arch_id):
     model = tiny_model(arch_id)
     ids = random_ids(1, 5, seed=7)
-    first = _greedy(model, ids, 4, return_dict_in_generate=True)
-    cache = _cache_of(first)
+    first = greedy(model, ids, 4, return_dict_in_generate=True)
+    cache = cache_of(first)
     assert cache is not None
-    continued = _greedy(model, first.sequences, 4, **{_GENERATE_CACHE_KW: cache})
-    reference = _greedy(model, ids, 8)
+    continued = greedy(model, first.sequences, 4, **{_GENERATE_CACHE_KW: cache})
+    reference = greedy(model, ids, 8)
     assert torch.equal(continued, reference)
 
 
@@ -296,11 +281,11 @@ def test_eager_and_sdpa_agree(arch_id):
     sdpa.load_state_dict(eager.state_dict())
     assert eager.config._attn_implementation == "eager" and sdpa.config._attn_implementation == "sdpa"
     ids = random_ids(2, 11, seed=8)
-    assert max_abs_diff(_logits(eager, ids), _logits(sdpa, ids)) < ATOL
+    assert max_abs_diff(eval_logits(eager, ids), eval_logits(sdpa, ids)) < ATOL
     padded, mask = left_pad([ids[0], ids[1, :6]])
     positions = positions_from_mask(mask)
-    a = _logits(eager, padded, attention_mask=mask, position_ids=positions)
-    b = _logits(sdpa, padded, attention_mask=mask, position_ids=positions)
+    a = eval_logits(eager, padded, attention_mask=mask, position_ids=positions)
+    b = eval_logits(sdpa, padded, attention_mask=mask, position_ids=positions)
     real = mask.bool()
     assert max_abs_diff(a[real], b[real]) < ATOL
 
@@ -354,7 +339,7 @@ def test_resize_token_embeddings(arch_id):
     assert torch.equal(model.get_output_embeddings().weight[: TINY["vocab_size"]], old_head)
     ids = random_ids(2, 6, seed=10, vocab_size=new_vocab)
     ids[0, 2] = new_vocab - 1
-    logits = _logits(model, ids)
+    logits = eval_logits(model, ids)
     assert logits.shape == (2, 6, new_vocab) and torch.isfinite(logits).all()
 
 
@@ -366,7 +351,7 @@ def test_bf16_from_pretrained(arch_id, checkpoints):
     for name, p in model.named_parameters():
         if name in backbone:
             assert p.dtype == torch.bfloat16, name
-    logits = _logits(model, ckpt.input_ids)
+    logits = eval_logits(model, ckpt.input_ids)
     assert torch.isfinite(logits.float()).all()
 
 
@@ -377,7 +362,7 @@ def test_bf16_cast_forward_is_finite(arch_id):
     with torch.no_grad():
         out = model(input_ids=ids, labels=ids, use_cache=False)
     assert torch.isfinite(out.logits.float()).all() and torch.isfinite(out.loss)
-    reference = _logits(tiny_model(arch_id), ids)
+    reference = eval_logits(tiny_model(arch_id), ids)
     assert max_abs_diff(out.logits, reference) < 0.1  # bf16 is the same function, coarsely
 
 
@@ -393,7 +378,7 @@ def test_float64_runs_in_float64(arch_id):
     assert out.logits.dtype == torch.float64  # (transformers' own loss function computes the loss in fp32)
     assert all(h.dtype == torch.float64 for h in out.hidden_states)
     assert torch.isfinite(out.logits).all()
-    assert max_abs_diff(out.logits, _logits(tiny_model(arch_id), ids)) < 1e-4  # the same function as in fp32
+    assert max_abs_diff(out.logits, eval_logits(tiny_model(arch_id), ids)) < 1e-4  # the same function as in fp32
 
     # A directional derivative of the loss: autograd vs central differences at step 1e-6. In float64 they agree to
     # ~1e-8 relative; one fp32 round trip anywhere on the path makes the difference quotient noise (~1e-1).
@@ -417,14 +402,14 @@ def test_float64_runs_in_float64(arch_id):
         step = model(input_ids=ids[:, :5], cache=cache, use_cache=True)
         pieces.append(step.logits)
         for t in range(5, 12):
-            step = model(input_ids=ids[:, t:t + 1], cache=_cache_of(step), use_cache=True)
+            step = model(input_ids=ids[:, t:t + 1], cache=cache_of(step), use_cache=True)
             pieces.append(step.logits)
     assert max_abs_diff(torch.cat(pieces, dim=1), out.logits) < 1e-10
     rows = [ids[0], ids[1, :4]]
     padded_ids, mask = left_pad(rows)
-    padded = _logits(model, padded_ids, attention_mask=mask, position_ids=positions_from_mask(mask))
+    padded = eval_logits(model, padded_ids, attention_mask=mask, position_ids=positions_from_mask(mask))
     assert padded.dtype == torch.float64
-    assert max_abs_diff(padded[1, -4:], _logits(model, rows[1][None])[0]) < 1e-10
+    assert max_abs_diff(padded[1, -4:], eval_logits(model, rows[1][None])[0]) < 1e-10
 
 
 # ============================================================================================ 9. causality
@@ -432,11 +417,11 @@ def test_float64_runs_in_float64(arch_id):
 def test_causality(arch_id):
     model = tiny_model(arch_id)
     ids = random_ids(2, 10, seed=15)
-    base = _logits(model, ids)
+    base = eval_logits(model, ids)
     for t in (0, 4, 8):
         changed = ids.clone()
         changed[:, t + 1] = changed[:, t + 1] % (TINY["vocab_size"] - 1) + 1  # a different non-pad token
-        out = _logits(model, changed)
+        out = eval_logits(model, changed)
         assert max_abs_diff(out[:, : t + 1], base[:, : t + 1]) < 1e-6, f"position <= {t} saw token {t + 1}"
         assert max_abs_diff(out[:, t + 1], base[:, t + 1]) > 0, "changing a token must change its own logits"
 
@@ -525,12 +510,12 @@ def _assert_state_equal(model, snapshot) -> None:
 def test_skip_block_changes_output_and_restores(arch_id):
     model = tiny_model(arch_id)
     ids = random_ids(2, 8, seed=19)
-    snapshot, base = _snapshot(model), _logits(model, ids)
+    snapshot, base = _snapshot(model), eval_logits(model, ids)
     changed = []
     for layer in range(NUM_LAYERS):
         with model.skip_block(layer):
-            changed.append(max_abs_diff(_logits(model, ids), base) > 1e-6)
-        assert torch.equal(_logits(model, ids), base)
+            changed.append(max_abs_diff(eval_logits(model, ids), base) > 1e-6)
+        assert torch.equal(eval_logits(model, ids), base)
     assert any(changed), "skipping any single block never changed the output"
     _assert_state_equal(model, snapshot)
 
@@ -539,14 +524,14 @@ def test_skip_block_changes_output_and_restores(arch_id):
 def test_swap_blocks_changes_output_and_restores(arch_id):
     model = tiny_model(arch_id)
     ids = random_ids(2, 8, seed=20)
-    snapshot, base = _snapshot(model), _logits(model, ids)
+    snapshot, base = _snapshot(model), eval_logits(model, ids)
     with model.swap_blocks(0, NUM_LAYERS - 1):
-        swapped = _logits(model, ids)
+        swapped = eval_logits(model, ids)
     assert max_abs_diff(swapped, base) > 1e-6, "swapping the first and last block changed nothing"
     _assert_state_equal(model, snapshot)
-    assert torch.equal(_logits(model, ids), base)
+    assert torch.equal(eval_logits(model, ids), base)
     with model.swap_blocks(1, 1):  # a self-swap is a no-op
-        assert torch.equal(_logits(model, ids), base)
+        assert torch.equal(eval_logits(model, ids), base)
 
 
 @ARCH

@@ -20,7 +20,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import ARCH_IDS, TINY, max_abs_diff, random_ids, tiny_model
+from helpers import ARCH_IDS, TINY, cache_of, eval_logits, greedy, max_abs_diff, random_ids, tiny_model
 from torch import nn
 from transformers import DynamicCache
 
@@ -29,24 +29,6 @@ from depthbench.registry import ARCHITECTURES
 ARCH = pytest.mark.parametrize("arch_id", ARCH_IDS)
 ATOL = 1e-5
 NUM_LAYERS = TINY["num_hidden_layers"]
-
-
-def _cache_of(output):
-    """The KV cache of a model output (field ``cache`` in transformers 5.24, ``past_key_values`` in 5.23)."""
-    cache = getattr(output, "cache", None)
-    return cache if cache is not None else getattr(output, "past_key_values", None)
-
-
-@torch.no_grad()
-def _logits(model, input_ids, **kwargs) -> torch.Tensor:
-    return model(input_ids=input_ids, use_cache=False, **kwargs).logits
-
-
-def _greedy(model, input_ids, max_new_tokens: int, **kwargs) -> torch.Tensor:
-    return model.generate(
-        input_ids=input_ids, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False,
-        pad_token_id=0, eos_token_id=None, **kwargs,
-    )
 
 
 # ============================================================================================ offloading
@@ -62,7 +44,7 @@ def test_no_module_is_a_forward_argument(arch_id):
                 seen.append(f"{type(module).__name__} got a {type(value).__name__}")
 
     handles = [m.register_forward_pre_hook(check, with_kwargs=True) for m in model.modules()]
-    _logits(model, random_ids(1, 4, seed=1), output_hidden_states=True)
+    eval_logits(model, random_ids(1, 4, seed=1), output_hidden_states=True)
     for handle in handles:
         handle.remove()
     assert not seen, seen
@@ -90,7 +72,7 @@ def test_offloaded_model_matches_in_memory(arch_id, checkpoints, tmp_path):
     for a, b in zip(out.hidden_states, ref.hidden_states, strict=True):
         assert max_abs_diff(a, b) < ATOL
     prompt = ckpt.input_ids[:1, :4]
-    assert torch.equal(_greedy(offloaded, prompt, 3), _greedy(reference, prompt, 3))
+    assert torch.equal(greedy(offloaded, prompt, 3), greedy(reference, prompt, 3))
 
 
 # ============================================================================================ checkpointing
@@ -132,7 +114,7 @@ def test_loss_takes_shift_labels_and_loss_keywords(arch_id):
     ids = random_ids(2, 9, seed=31)
     shift_labels = random_ids(2, 9, seed=32)  # deliberately NOT ids shifted by one
     shift_labels[0, :3] = -100
-    logits = _logits(model, ids)
+    logits = eval_logits(model, ids)
     flat = logits.reshape(-1, logits.shape[-1])
     with torch.no_grad():
         loss = model(input_ids=ids, labels=ids, shift_labels=shift_labels, use_cache=False).loss
@@ -160,7 +142,7 @@ def test_output_attentions_with_eager_and_in_generate(arch_id):
         assert weights[..., :6].triu(1).abs().max() == 0  # causal: no weight on future positions
     as_tuple = model(input_ids=ids, output_attentions=True, use_cache=False, return_dict=False)
     assert len(as_tuple[-1]) == NUM_LAYERS
-    generated = _greedy(model, ids, 3, output_attentions=True, return_dict_in_generate=True)
+    generated = greedy(model, ids, 3, output_attentions=True, return_dict_in_generate=True)
     assert len(generated.attentions) == 3 and all(len(step) == NUM_LAYERS for step in generated.attentions)
     assert generated.attentions[-1][0].shape[2] == 1  # decoding steps: one query each
 
@@ -195,7 +177,7 @@ def test_old_cache_keyword_behaves_like_llama(arch_id):
         with warnings.catch_warnings(record=True) as caught, torch.no_grad():
             warnings.simplefilter("always")
             out = m(input_ids=ids[:, :3], past_key_values=DynamicCache(config=m.config), use_cache=True)
-            m(input_ids=ids[:, 3:], past_key_values=_cache_of(out), use_cache=True)
+            m(input_ids=ids[:, 3:], past_key_values=cache_of(out), use_cache=True)
         kinds[name] = sorted({w.category.__name__ for w in caught if "past_key_values" in str(w.message)})
     assert kinds["ours"] == kinds["llama"]
     # and the old keyword still reaches the cache: incremental logits equal the full forward
@@ -204,7 +186,7 @@ def test_old_cache_keyword_behaves_like_llama(arch_id):
         warnings.simplefilter("ignore")
         first = model(input_ids=ids[:, :3], past_key_values=cache, use_cache=True).logits
         second = model(input_ids=ids[:, 3:], past_key_values=cache, use_cache=True).logits
-    assert max_abs_diff(torch.cat([first, second], 1), _logits(model, ids)) < ATOL
+    assert max_abs_diff(torch.cat([first, second], 1), eval_logits(model, ids)) < ATOL
 
 
 # ============================================================================================ static cache, compile
@@ -213,8 +195,8 @@ def test_static_cache_greedy_equals_dynamic(arch_id):
     model = tiny_model(arch_id)
     ids = random_ids(2, 5, seed=36)
     kwargs = {"output_logits": True, "return_dict_in_generate": True}
-    dynamic = _greedy(model, ids, 6, **kwargs)
-    static = _greedy(model, ids, 6, cache_implementation="static", **kwargs)
+    dynamic = greedy(model, ids, 6, **kwargs)
+    static = greedy(model, ids, 6, cache_implementation="static", **kwargs)
     assert torch.equal(static.sequences, dynamic.sequences)
     for a, b in zip(static.logits, dynamic.logits, strict=True):
         assert max_abs_diff(a, b) < ATOL
@@ -230,11 +212,11 @@ def test_generate_compiled_with_static_cache(arch_id):
     model = tiny_model(arch_id)
     assert type(model)._can_compile_fullgraph
     ids = random_ids(1, 5, seed=37)
-    reference = _greedy(model, ids, 4, cache_implementation="static")
+    reference = greedy(model, ids, 4, cache_implementation="static")
     compile_config = CompileConfig(fullgraph=True, backend="eager", mode=None)
     compile_config._compile_all_devices = True  # transformers' switch to compile on CPU too
     torch._dynamo.reset()
-    compiled = _greedy(model, ids, 4, cache_implementation="static", compile_config=compile_config)
+    compiled = greedy(model, ids, 4, cache_implementation="static", compile_config=compile_config)
     assert hasattr(model, "_compiled_call")  # the compiled path really ran
     assert torch.equal(compiled, reference)
 
@@ -270,7 +252,7 @@ def test_rope_scaling_equals_llama(rope_type):
     )).eval()
     llama.load_state_dict(model.state_dict())
     ids = random_ids(1, TINY["max_position_embeddings"] + 16, seed=38)
-    assert max_abs_diff(_logits(model, ids), _logits(llama, ids)) < ATOL
+    assert max_abs_diff(eval_logits(model, ids), eval_logits(llama, ids)) < ATOL
 
 
 @ARCH
@@ -279,12 +261,12 @@ def test_rope_scaling_applies_and_survives_from_pretrained(arch_id, tmp_path):
     scaled = tiny_model(arch_id, rope_parameters=dict(ROPE_SCALINGS["yarn"]))
     scaled.load_state_dict(plain.state_dict())
     ids = random_ids(1, 12, seed=39)
-    logits = _logits(scaled, ids)
-    assert max_abs_diff(logits, _logits(plain, ids)) > 1e-6  # the scaling is really applied
+    logits = eval_logits(scaled, ids)
+    assert max_abs_diff(logits, eval_logits(plain, ids)) > 1e-6  # the scaling is really applied
     scaled.save_pretrained(tmp_path)
     loaded = ARCHITECTURES[arch_id].causal_lm_class.from_pretrained(tmp_path).eval()
     assert loaded.config.rope_parameters["rope_type"] == "yarn"
-    assert max_abs_diff(_logits(loaded, ids), logits) < ATOL  # frequencies recomputed after meta-device loading
+    assert max_abs_diff(eval_logits(loaded, ids), logits) < ATOL  # frequencies recomputed after meta-device loading
 
 
 def test_rope_parameters_are_validated():
@@ -308,7 +290,7 @@ def test_padding_free_packed_batch_equals_documents_alone(arch_id, attn):
     docs = _documents()
     packed = torch.cat(docs)[None]
     position_ids = torch.cat([torch.arange(len(d)) for d in docs])[None]
-    alone = torch.cat([_logits(model, d[None])[0] for d in docs])
+    alone = torch.cat([eval_logits(model, d[None])[0] for d in docs])
     with torch.no_grad():
         evaluated = model(input_ids=packed, position_ids=position_ids).logits[0]  # use_cache from the config
         trained = model.train()(input_ids=packed, position_ids=position_ids).logits[0]
@@ -327,8 +309,8 @@ def test_custom_4d_attention_mask(arch_id, attn):
     allowed = torch.block_diag(*[torch.ones(n, n) for n in sizes]).tril().bool()
     mask = torch.zeros(1, 1, *allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
     position_ids = torch.cat([torch.arange(n) for n in sizes])[None]
-    out = _logits(model, torch.cat(docs)[None], attention_mask=mask, position_ids=position_ids)[0]
-    alone = torch.cat([_logits(model, d[None])[0] for d in docs])
+    out = eval_logits(model, torch.cat(docs)[None], attention_mask=mask, position_ids=position_ids)[0]
+    alone = torch.cat([eval_logits(model, d[None])[0] for d in docs])
     assert max_abs_diff(out, alone) < ATOL
 
 
@@ -410,13 +392,13 @@ def test_peft_lora_with_reentrant_checkpointing_merge_and_reload(arch_id, tmp_pa
         assert grads[n].grad is not None and max_abs_diff(p.grad, grads[n].grad) < 1e-6, n
         assert p.grad.abs().sum() > 0, n
     adapted = models["plain"].eval()
-    expected = _logits(adapted, ids)
+    expected = eval_logits(adapted, ids)
     adapted.save_pretrained(tmp_path / "adapter")
     reloaded = peft.PeftModel.from_pretrained(tiny_model(arch_id), tmp_path / "adapter").eval()
-    assert max_abs_diff(_logits(reloaded, ids), expected) < ATOL
+    assert max_abs_diff(eval_logits(reloaded, ids), expected) < ATOL
     merged = reloaded.merge_and_unload()
     assert type(merged) is ARCHITECTURES[arch_id].causal_lm_class
-    assert max_abs_diff(_logits(merged, ids), expected) < ATOL
+    assert max_abs_diff(eval_logits(merged, ids), expected) < ATOL
 
 
 def _flash_style_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, position_ids=None,
@@ -443,10 +425,10 @@ def test_packed_batch_with_a_flash_style_kernel(arch_id):
     packed = torch.cat(docs)[None]
     position_ids = torch.cat([torch.arange(len(d)) for d in docs])[None]
     reference = tiny_model(arch_id)
-    alone = torch.cat([_logits(reference, d[None])[0] for d in docs])
+    alone = torch.cat([eval_logits(reference, d[None])[0] for d in docs])
     model = tiny_model(arch_id, attn_implementation="depthbench_test_varlen")
     if arch_id == "moda":
         with pytest.raises(NotImplementedError, match="depthbench_test_varlen"):
-            _logits(model, packed, position_ids=position_ids)
+            eval_logits(model, packed, position_ids=position_ids)
         return
-    assert max_abs_diff(_logits(model, packed, position_ids=position_ids)[0], alone) < ATOL
+    assert max_abs_diff(eval_logits(model, packed, position_ids=position_ids)[0], alone) < ATOL
