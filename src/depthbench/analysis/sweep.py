@@ -119,6 +119,10 @@ def plot_late_fractions(results: list[dict[str, Any]], path: str) -> bool:
         for arch, pts in sorted(by_arch.items()):
             pts.sort()
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=arch)
+        depths = sorted({p[0] for pts in by_arch.values() for p in pts})
+        if depths:  # ticks at the measured depths only (one depth: a labelled column, not a fractional axis)
+            ax.set_xticks(depths)
+            ax.set_xlim(depths[0] - 1, depths[-1] + 1)
         ax.set_title(f"{title}: late pairs > {thr}", fontsize=10)
         ax.set_xlabel("L (blocks)")
         ax.set_ylabel("fraction of late-layer pairs")
