@@ -39,6 +39,7 @@ from .modeling_depthbench import (
     Norm,
     Residual,
     Wiring,
+    as_dtype,
     upcast,
 )
 
@@ -189,11 +190,31 @@ def depth_mix(
     """
     if len(sources) == 1:
         return sources[0]
+    if not torch.is_grad_enabled() and sources[0].shape[:-1].numel() <= STACKED_MIX_MAX_TOKENS:
+        return _stacked_depth_mix(query, key_gain, sources, inv_rms_values)
     weights = depth_weights(query, key_gain, sources, inv_rms_values)
     out = sources[0] * weights[0].unsqueeze(-1)  # fp32 (weights are fp32)
     for source, weight in zip(sources[1:], weights[1:]):
         out = out.addcmul_(source, weight.unsqueeze(-1))
     return out.to(sources[0].dtype)
+
+
+#: Above this many tokens (batch x sequence), an inference-mode mix loops over the sources instead of stacking them.
+STACKED_MIX_MAX_TOKENS = 64
+
+
+def _stacked_depth_mix(
+    query: torch.Tensor, key_gain: torch.Tensor, sources: list[torch.Tensor], inv_rms_values: list[torch.Tensor]
+) -> torch.Tensor:
+    """:func:`depth_mix` for a few tokens without autograd (decoding): the sources are stacked once, so the whole
+    mix is a handful of aten calls instead of two per source. Dispatch, not arithmetic, is what a decode step
+    pays (a few microseconds per call); for many tokens or under autograd the per-source loop is used, which
+    never materialises (or saves for backward) the [S, B, T, d] stack."""
+    values = torch.stack(sources)  # [S,B,T,d]
+    u = as_dtype(upcast(query) * upcast(key_gain), values.dtype)
+    weights = torch.softmax(upcast(values @ u) * torch.stack(inv_rms_values), dim=0)  # [S,B,T], fp32
+    mixed = (upcast(values) * weights.unsqueeze(-1)).sum(dim=0)  # Σ_i a_i v_i, fp32 [B,T,d]
+    return mixed.to(sources[0].dtype)
 
 
 # ================================================================================================ residual wiring

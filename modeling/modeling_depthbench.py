@@ -72,10 +72,21 @@ else:
 
 
 # ================================================================================================ backbone pieces
+_WIDE_FLOATS = (torch.float32, torch.float64)
+
+
 def upcast(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor`` in fp32, or in its own dtype if that is wider (fp64 stays fp64): the precision of delicate math
-    (norms, softmaxes, residual adds and mixing)."""
+    (norms, softmaxes, residual adds and mixing). Returns ``tensor`` itself when it is already that wide: no aten
+    call at all, which matters when decoding a token at a time (every op costs microseconds of dispatch)."""
+    if tensor.dtype in _WIDE_FLOATS:
+        return tensor
     return tensor.to(torch.promote_types(tensor.dtype, torch.float32))
+
+
+def as_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``tensor.to(dtype)``, skipping the (no-op but dispatched) call when the dtype already matches."""
+    return tensor if tensor.dtype == dtype else tensor.to(dtype)
 
 
 class RMSNorm(nn.Module):

@@ -29,6 +29,7 @@ from .modeling_depthbench import (
     Norm,
     Residual,
     Wiring,
+    as_dtype,
     upcast,
 )
 
@@ -147,15 +148,19 @@ def hyper_connection_update(
     """
     *lead, n, d = stream.shape
     h = stream.reshape(-1, n, d)  # [N,n,d], N = B*T tokens
-    w = width.to(stream.dtype).expand(*lead, n + 1, n).reshape(-1, n + 1, n).contiguous()  # [N,n+1,n]
+    # Per-token maps become [N,n+1,n] by a view (a transposed map stays transposed: bmm reads either layout, so no
+    # copy); a static map [n+1,n] is broadcast over the tokens without materialising it.
+    w = as_dtype(width, stream.dtype)
+    w = w.expand(h.shape[0], n + 1, n) if w.dim() == 2 else w.reshape(-1, n + 1, n)
     # One batched product for all n+1 rows: [N,n+1,d], row 0 = u = Σ_s w[0,s] H_s, rows 1..n = R_t = Σ_s w[1+t,s] H_s
     # (one bmm instead of two on row slices, plus a fused multiply-add for the depth term: forward + backward of the
     # mixing is ~2x faster on CPU than bmm + bmm + baddbmm; the same kernels on GPU). `split`, not indexing: its
     # backward concatenates the two gradients instead of zero-filling and accumulating two full-size buffers.
     u, carried = torch.bmm(w, h).split([1, n], dim=1)
     out = branch(norm(u.view(*lead, d)))  # [B,T,d]
-    depth = depth.to(stream.dtype).expand(*lead, n).reshape(-1, n, 1)  # [N,n,1]
-    return torch.addcmul(carried, depth, out.reshape(-1, 1, d)).to(stream.dtype).view(stream.shape)
+    depth = as_dtype(depth, stream.dtype)
+    depth = depth.view(1, n, 1) if depth.dim() == 1 else depth.reshape(-1, n, 1)  # [N or 1, n, 1]
+    return torch.addcmul(carried, depth, as_dtype(out, stream.dtype).view(-1, 1, d)).view(stream.shape)
 
 
 class HyperConnectionWiring(Wiring):
@@ -264,14 +269,18 @@ class HCResidual(Residual):
             return self._connections(upcast(stream))
 
     def _connections(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        d = h.shape[-1]
-        inv_rms = torch.rsqrt(torch.linalg.vector_norm(h, dim=-1, keepdim=True).square() / d + self.eps)  # [B,T,n,1]
-        proj = torch.cat([self.dynamic_alpha_fn, self.dynamic_beta_fn.unsqueeze(0)]).to(h.dtype)  # [n+2, d]
-        dyn = F.linear(h, proj) * inv_rms  # Ĥ W = (H W) / rms(H): [B,T,n,n+2]
+        # Written for few aten calls (each costs microseconds of dispatch whatever its size, which is what a decode
+        # step of one token pays): one fused multiply-add per map, no dtype casts when the dtypes already match.
+        inv_rms = torch.rsqrt(h.square().mean(dim=-1, keepdim=True) + self.eps)  # [B,T,n,1]
+        proj = torch.cat([self.dynamic_alpha_fn, self.dynamic_beta_fn.unsqueeze(0)])  # [n+2, d]
+        dyn = F.linear(h, as_dtype(proj, h.dtype)) * inv_rms  # Ĥ W = (H W) / rms(H): [B,T,n,n+2]
         if self.use_tanh:
             dyn = torch.tanh(dyn)
-        alpha = self.static_alpha.to(h.dtype) + self.dynamic_alpha_scale.to(h.dtype) * dyn[..., :-1]
-        beta = self.static_beta.to(h.dtype) + self.dynamic_beta_scale.to(h.dtype) * dyn[..., -1]
+        alpha_dyn, beta_dyn = dyn.split([self.num_streams + 1, 1], dim=-1)
+        alpha = torch.addcmul(as_dtype(self.static_alpha, h.dtype), as_dtype(self.dynamic_alpha_scale, h.dtype),
+                              alpha_dyn)
+        beta = torch.addcmul(as_dtype(self.static_beta, h.dtype), as_dtype(self.dynamic_beta_scale, h.dtype),
+                             beta_dyn.squeeze(-1))
         return alpha, beta
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:

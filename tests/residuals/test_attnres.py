@@ -136,6 +136,26 @@ def test_depth_mix_matches_explicit_rmsnorm_keys_with_gradients():
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_inference_mix_of_few_tokens_equals_the_autograd_mix(dtype):
+    """Decoding (no autograd, few tokens) stacks the sources for a few-call mix; it must equal the per-source loop
+    that training uses, and above the token threshold inference takes the loop again."""
+    generator = torch.Generator().manual_seed(5)
+    query, key_gain = torch.randn(D, generator=generator).to(dtype), torch.randn(D, generator=generator).to(dtype)
+    for batch, length in ((1, 1), (8, 1), (2, ar.STACKED_MIX_MAX_TOKENS)):
+        sources = [torch.randn(batch, length, D, generator=generator).to(dtype) for _ in range(6)]
+        inv = [ar.inv_rms(s, 1e-6) for s in sources]
+        with torch.enable_grad():
+            looped = ar.depth_mix(query, key_gain, sources, inv)
+        with torch.no_grad():
+            fast = ar.depth_mix(query, key_gain, sources, inv)
+        stacked = ar._stacked_depth_mix(query, key_gain, sources, inv)
+        assert fast.dtype == looped.dtype == dtype
+        tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(fast, looped, **tol)
+        torch.testing.assert_close(stacked, looped, **tol)
+
+
 def test_bf16_mix_runs_softmax_in_fp32_and_returns_bf16():
     generator = torch.Generator().manual_seed(4)
     sources = [torch.randn(2, 3, D, generator=generator).bfloat16() for _ in range(3)]
