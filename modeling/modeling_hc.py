@@ -11,6 +11,7 @@ streams), d hidden size.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -118,9 +119,15 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def full_precision(tensor: torch.Tensor) -> torch.autocast:
+_NO_AUTOCAST = contextlib.nullcontext()
+
+
+def full_precision(tensor: torch.Tensor) -> contextlib.AbstractContextManager:
     """Context that switches autocast off on ``tensor``'s device, so upcast mixing math is not run in bf16 again
-    when the model is trained under ``torch.autocast``."""
+    when the model is trained under ``torch.autocast``. Outside autocast it is a shared no-op context (entering a
+    ``torch.autocast`` costs ~20 Python calls, which a decode step would pay twice per sublayer)."""
+    if not torch.is_autocast_enabled(tensor.device.type):
+        return _NO_AUTOCAST
     return torch.autocast(device_type=tensor.device.type, enabled=False)
 
 
@@ -156,7 +163,7 @@ def hyper_connection_update(
     # (one bmm instead of two on row slices, plus a fused multiply-add for the depth term: forward + backward of the
     # mixing is ~2x faster on CPU than bmm + bmm + baddbmm; the same kernels on GPU). `split`, not indexing: its
     # backward concatenates the two gradients instead of zero-filling and accumulating two full-size buffers.
-    u, carried = torch.bmm(w, h).split([1, n], dim=1)
+    u, carried = torch.bmm(w, h).split_with_sizes([1, n], dim=1)
     out = branch(norm(u.view(*lead, d)))  # [B,T,d]
     depth = as_dtype(depth, stream.dtype)
     depth = depth.view(1, n, 1) if depth.dim() == 1 else depth.reshape(-1, n, 1)  # [N or 1, n, 1]
@@ -269,19 +276,20 @@ class HCResidual(Residual):
             return self._connections(upcast(stream))
 
     def _connections(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # Written for few aten calls (each costs microseconds of dispatch whatever its size, which is what a decode
-        # step of one token pays): one fused multiply-add per map, no dtype casts when the dtypes already match.
+        # Written for few aten calls and little Python (a decode step of one token pays microseconds of dispatch per
+        # call whatever its size): one fused multiply-add per map, parameters cast only when their dtype differs.
+        params = (self.dynamic_alpha_fn, self.dynamic_beta_fn, self.static_alpha, self.static_beta,
+                  self.dynamic_alpha_scale, self.dynamic_beta_scale)
+        if params[0].dtype != h.dtype:
+            params = tuple(p.to(h.dtype) for p in params)
+        w_alpha, w_beta, static_alpha, static_beta, scale_alpha, scale_beta = params
         inv_rms = torch.rsqrt(h.square().mean(dim=-1, keepdim=True) + self.eps)  # [B,T,n,1]
-        proj = torch.cat([self.dynamic_alpha_fn, self.dynamic_beta_fn.unsqueeze(0)])  # [n+2, d]
-        dyn = F.linear(h, as_dtype(proj, h.dtype)) * inv_rms  # Ĥ W = (H W) / rms(H): [B,T,n,n+2]
+        dyn = F.linear(h, torch.cat([w_alpha, w_beta.unsqueeze(0)])) * inv_rms  # Ĥ W = (H W) / rms(H): [B,T,n,n+2]
         if self.use_tanh:
-            dyn = torch.tanh(dyn)
-        alpha_dyn, beta_dyn = dyn.split([self.num_streams + 1, 1], dim=-1)
-        alpha = torch.addcmul(as_dtype(self.static_alpha, h.dtype), as_dtype(self.dynamic_alpha_scale, h.dtype),
-                              alpha_dyn)
-        beta = torch.addcmul(as_dtype(self.static_beta, h.dtype), as_dtype(self.dynamic_beta_scale, h.dtype),
-                             beta_dyn.squeeze(-1))
-        return alpha, beta
+            dyn = dyn.tanh()
+        alpha_dyn, beta_dyn = dyn.split_with_sizes([self.num_streams + 1, 1], dim=-1)
+        return torch.addcmul(static_alpha, scale_alpha, alpha_dyn), torch.addcmul(static_beta, scale_beta,
+                                                                                  beta_dyn.squeeze(-1))
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         alpha, beta = self.connections(stream)
