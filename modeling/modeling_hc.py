@@ -164,7 +164,9 @@ def hyper_connection_update(
     # mixing is ~2x faster on CPU than bmm + bmm + baddbmm; the same kernels on GPU). `split`, not indexing: its
     # backward concatenates the two gradients instead of zero-filling and accumulating two full-size buffers.
     u, carried = torch.bmm(w, h).split_with_sizes([1, n], dim=1)
-    out = branch(norm(u.view(*lead, d)))  # [B,T,d]
+    # The branch input gets its own storage: the norm saves its input for backward, and a view would keep the whole
+    # [N,n+1,d] product alive (n+1 times the memory) although only `carried`'s forward use needs the rest of it.
+    out = branch(norm(u.reshape(*lead, d).contiguous()))  # [B,T,d]
     depth = as_dtype(depth, stream.dtype)
     depth = depth.view(1, n, 1) if depth.dim() == 1 else depth.reshape(-1, n, 1)  # [N or 1, n, 1]
     return torch.addcmul(carried, depth, as_dtype(out, stream.dtype).view(-1, 1, d)).view(stream.shape)
