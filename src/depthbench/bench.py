@@ -705,6 +705,26 @@ def run_shapes(archs: list[str], shapes: list[BenchShape], settings: BenchSettin
     return per_shape, summarize(per_shape)
 
 
+def run_profile(archs: list[str], settings: BenchSettings) -> dict[str, dict[str, dict[str, float]]]:
+    """``{model: op-group rows}`` (:func:`depthbench.bench_profile.profile_steps`) of ``settings.steps`` training
+    steps after ``settings.warmup`` unprofiled ones, for ``pre_ln`` and ``archs`` at ``settings.shape``."""
+    from depthbench.bench_profile import element_size, profile_steps
+    from depthbench.registry import resolve_archs
+
+    names = [REFERENCE] + [a for a in resolve_archs(archs) if a != REFERENCE]
+    models = build_models(names, settings)
+    batch = _batch(settings, _shape_fields(settings)["vocab_size"], settings.batch_size, settings.seq_len)
+    profiles = {}
+    for name in names:
+        trainer = _Trainer(models.pop(name), settings, batch)
+        for _ in range(settings.warmup):
+            trainer.step()
+        profiles[name] = profile_steps(trainer.step, settings.steps, element_size(settings.dtype))
+        del trainer
+        gc.collect()
+    return profiles
+
+
 # ================================================================================================ CLI
 def _int_list(text: str) -> list[int]:
     values = [int(x) for x in text.split(",") if x.strip()]
@@ -738,6 +758,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         shapes = resolve_bench_shapes(args.shapes, args.batch_size, args.seq_len, args.vocab_size, quick=args.quick)
     else:
         shapes = [parse_bench_shape(args.shape, args.batch_size, args.seq_len, args.vocab_size)]
+    if args.profile and (len(shapes) != 1 or args.compile):
+        raise ValueError("--profile takes one --shape and no --compile (it profiles eager training steps).")
     settings = BenchSettings(
         shape=args.shape, batch_size=args.batch_size, seq_len=args.seq_len, steps=args.steps, warmup=args.warmup,
         dtype=args.dtype, device=args.device, compile=args.compile, decode_tokens=args.decode_tokens,
@@ -752,6 +774,19 @@ def _cmd_bench(args: argparse.Namespace) -> int:
           f"device {settings.device}, torch threads {torch.get_num_threads()} (torch.set_num_threads), "
           f"interop threads {torch.get_num_interop_threads()}, attention {settings.attn_implementation}, "
           f"compile {settings.compile}, clock {settings.clock}, torch {torch.__version__}", flush=True)
+    if args.profile:
+        from depthbench.bench_profile import format_profile
+
+        shape = shapes[0]
+        profiles = run_profile(archs, replace(settings, shape=args.shape, batch_size=shape.batch_size,
+                                              seq_len=shape.seq_len))
+        print(format_profile(profiles, REFERENCE))
+        for name, rows in profiles.items():
+            print(json.dumps({"model": name, "shape": shape.name, "profile": rows}))
+        if args.json_out:
+            with open(args.json_out, "w") as handle:
+                json.dump(profiles, handle, indent=1)
+        return 0
     if args.shapes is None:
         shape = shapes[0]
         results = run_benchmark(archs, replace(settings, shape=args.shape, batch_size=shape.batch_size,
@@ -830,6 +865,9 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
                    help="wall time (default), or process CPU time: on a shared, oversubscribed CPU it measures the "
                    "work instead of the waiting (use with --threads 1)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--profile", action="store_true",
+                   help="instead of timing, profile --steps training steps of each model at one --shape and print "
+                   "time, FLOPs, bytes read and aten calls per op group (`python -m pydoc depthbench.bench_profile`)")
     p.set_defaults(func=_cmd_bench)
 
 
