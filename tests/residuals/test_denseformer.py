@@ -79,6 +79,29 @@ def test_identity_weighted_average_is_bit_exact_in_bf16():
     torch.testing.assert_close(out.float(), expected, rtol=1e-2, atol=1e-2)
 
 
+def test_weighted_average_backward_passes_gradcheck_in_float64():
+    """The hand-written backward of the DWA (weights and every averaged output) against finite differences."""
+    generator = torch.Generator().manual_seed(3)
+    outputs = [torch.randn(2, 3, 4, generator=generator, dtype=torch.float64, requires_grad=True) for _ in range(3)]
+    weights = torch.randn(3, generator=generator, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda w, *xs: depth_weighted_average(w, list(xs)), (weights, *outputs))
+
+
+def test_bf16_weighted_average_gradients_match_fp32_math():
+    generator = torch.Generator().manual_seed(4)
+    base = [torch.randn(2, 3, 8, generator=generator) for _ in range(3)]
+    weights = torch.randn(3, generator=generator)
+    grads = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        xs = [x.detach().to(dtype).requires_grad_() for x in base]
+        w = weights.clone().requires_grad_()
+        depth_weighted_average(w, xs).float().pow(2).sum().backward()
+        assert all(x.grad.dtype == dtype for x in xs) and w.grad.dtype == torch.float32
+        grads[dtype] = [x.grad.float() for x in xs] + [w.grad]
+    for a, b in zip(grads[torch.bfloat16], grads[torch.float32]):
+        torch.testing.assert_close(a, b, rtol=5e-2, atol=5e-2)
+
+
 def test_trained_weights_change_the_function():
     model = build()
     before = logits(model, ids())
