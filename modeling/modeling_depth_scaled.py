@@ -167,7 +167,7 @@ class DepthScaledResidual(Residual):
         self.multiplier = config.residual_multiplier
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
-        return stream + self.multiplier * branch(norm(stream))  # [B,T,d]
+        return torch.add(stream, branch(norm(stream)), alpha=self.multiplier)  # x + m F(N(x)), one fused kernel
 
     def extra_repr(self) -> str:
         return f"index={self.index}, multiplier={self.multiplier:.6g}"
