@@ -139,6 +139,27 @@ def test_connector_matches_explicit_formula():
                 torch.testing.assert_close(got[b, t, j], expected)
 
 
+def test_sublayer_saves_the_streams_once_and_no_mixing_product():
+    """For backward an HC sublayer keeps its n-stream input, its branch input and output and small per-token
+    coefficients; never the [N, n+1, d] mixing product (a view of it as the norm's input would keep all of it)."""
+    n, d, tokens = 4, SHAPE["hidden_size"], 2 * 9
+    residual = HCResidual(HCConfig(**SHAPE, hc_num_streams=n), index=1)
+    storages: dict[int, int] = {}
+
+    def pack(tensor):
+        storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes() // tensor.element_size()
+        return tensor
+
+    stream = torch.randn(2, 9, n, d, requires_grad=True)
+    branch_weight = torch.randn(d, d, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        residual(stream, lambda x: x * 2.0, lambda x: x @ branch_weight)
+    storages.pop(branch_weight.untyped_storage().data_ptr())  # the branch's own weight, not an activation
+    activations = {ptr: size for ptr, size in storages.items() if size >= tokens * d}  # drop per-token scalars
+    assert max(activations.values()) == n * tokens * d  # the stream input; nothing (n+1)-rows wide
+    assert sum(activations.values()) <= (n + 2) * tokens * d  # streams + branch input + branch output
+
+
 @torch.no_grad()
 def test_width_connection_is_applied():
     """Regression for the lucidrains bug (#8) where A_r was silently dropped: a non-identity A_r changes the output,
