@@ -161,8 +161,10 @@ def _sinkhorn(z: torch.Tensor, num_iters: int) -> torch.Tensor:
     z = z.reshape(-1, n, n).permute(1, 2, 0).contiguous()
     if torch.is_grad_enabled() and z.requires_grad:
         p = SinkhornFunction.apply(z, num_iters)
-    else:
-        p = _sinkhorn_steps(z, num_iters)[-1].exp()
+    else:  # the same iterations, keeping none of them
+        for _ in range(num_iters):
+            z = torch.log_softmax(torch.log_softmax(z, dim=0), dim=1)
+        p = z.exp()
     return p.permute(2, 0, 1)
 
 
@@ -203,6 +205,11 @@ class SinkhornFunction(torch.autograd.Function):
         for i in range(len(steps) - 1, -1, -1):  # through each log-softmax, last first
             grad = torch.ops.aten._log_softmax_backward_data(grad, steps[i], i % 2, grad.dtype)
         return grad, None
+
+
+def _fp32(tensor: torch.Tensor) -> torch.Tensor:
+    """:func:`upcast` without the dispatch when ``tensor`` already is fp32 (the common case; decoding pays per op)."""
+    return tensor if tensor.dtype == torch.float32 else upcast(tensor)
 
 
 def _own_storage(norm: Norm) -> Norm:
@@ -271,14 +278,17 @@ class MHCResidual(Residual):
         """The logits ``α · (x̂ Φ) + b`` in fp32, split into pre [..., n], post [..., n] and res [..., n²] (leading
         dims [B,T] for the dynamic variant, none for the static one). Call with autocast off."""
         n = self.num_streams
-        bias = upcast(self.bias)
+        sizes = [n, n, n * n]
+        bias = _fp32(self.bias)
         if not self.dynamic:
-            return bias.split([n, n, n * n])
-        x = upcast(stream.flatten(-2))  # [B,T,n*d]
-        inv_rms = torch.rsqrt(torch.linalg.vector_norm(x, dim=-1, keepdim=True).square() / x.shape[-1] + self.eps)
-        m = F.linear(x, self.phi.to(x.dtype)) * inv_rms  # x̂ Φ = (x Φ) / rms(x): [B,T,n²+2n]
+            return bias.split_with_sizes(sizes)
+        x = _fp32(stream.flatten(-2))  # [B,T,n*d]
+        # 1 / rms(x) = sqrt(nd) / sqrt(|x|² + nd·eps)
+        scale = x.shape[-1]
+        inv_rms = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square().add(scale * self.eps).rsqrt()
+        m = F.linear(x, _fp32(self.phi)).mul(inv_rms.mul(scale ** 0.5))  # x̂ Φ = (x Φ) / rms(x): [B,T,n²+2n]
         # b + m · α per part (one fused op each; an fp32 m promotes a lower-precision α and b exactly)
-        parts = zip(m.split([n, n, n * n], dim=-1), bias.split([n, n, n * n]),
+        parts = zip(m.split_with_sizes(sizes, dim=-1), bias.split_with_sizes(sizes),
                     (self.alpha_pre, self.alpha_post, self.alpha_res))
         return tuple(torch.addcmul(b, part, alpha) for part, b, alpha in parts)
 
@@ -299,11 +309,11 @@ class MHCResidual(Residual):
         n = self.num_streams
         z_pre, z_post, z_res = self.logit_parts(stream)
         h_pre = torch.sigmoid(z_pre)
-        h_post = 2.0 * torch.sigmoid(z_post)
+        h_post = torch.sigmoid(z_post).mul(2.0)
         z_res = z_res.unflatten(-1, (n, n))
         if self.temperature != 1.0:
             z_res = z_res / self.temperature
-        h_res = _sinkhorn(z_res, self.num_iters).reshape(z_res.shape)
+        h_res = _sinkhorn(z_res, self.num_iters).view(z_res.shape)
         return h_pre, h_post, h_res
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
