@@ -148,9 +148,6 @@ def additive_mask(
     rather than -inf, so a row with no visible key stays finite.
     """
     neg = torch.finfo(dtype).min
-    causal = torch.arange(kv_len, device=device)[None, :] <= torch.arange(q_len, device=device)[:, None] + (
-        kv_len - q_len
-    )
     if attention_mask is None:
         if q_len == 1:
             return torch.zeros(1, 1, 1, kv_len, dtype=dtype, device=device)
@@ -162,6 +159,9 @@ def additive_mask(
             "'eager' and 'sdpa' only (flash/flex attention cannot mix in the per-token depth keys)."
         )
     elif attention_mask.dim() == 2:  # [B, T_kv] padding mask (1 = real token)
+        causal = torch.arange(kv_len, device=device)[None, :] <= torch.arange(q_len, device=device)[:, None] + (
+            kv_len - q_len
+        )
         allowed = causal[None, None] & attention_mask[:, None, None, -kv_len:].bool()
     elif attention_mask.dtype == torch.bool:
         allowed = attention_mask[..., :kv_len]
@@ -326,19 +326,25 @@ def moda_attention_sdpa(
     b, h, t, hd = query.shape
     hkv, kv_len = key.shape[1], key.shape[2]
     g = h // hkv
-    mask = additive_mask(attention_mask, t, kv_len, query.device, query.dtype)  # [B|1, 1, T, T_kv]
+    # A single query with no mask sees every key (selectors included): no mask at all, as for Llama.
+    mask = None if attention_mask is None and t == 1 else additive_mask(
+        attention_mask, t, kv_len, query.device, query.dtype
+    )  # [B|1, 1, T, T_kv]
     s = _num_slots(depth_keys)
     if s:
         extra = s + (-(hd + s)) % 8  # zero feature columns keep the width a multiple of 8 (fused GPU kernels)
         logits = depth_logits(query.view(b, hkv, g, t, hd), depth_keys).reshape(b, h, t, s)
         if depth_scale != 1.0:
             logits = logits * depth_scale
-        query = F.pad(torch.cat([query, logits], dim=-1), (0, extra - s))
+        query = torch.cat([query, logits], dim=-1)
+        if extra > s:
+            query = F.pad(query, (0, extra - s))
         eye = torch.eye(s, extra, dtype=key.dtype, device=key.device)
-        selector = torch.cat([key.new_zeros(s, hd), eye], dim=-1).expand(b, hkv, s, hd + extra)
+        selector = F.pad(eye, (hd, 0)).expand(b, hkv, s, hd + extra)  # [0 | e_i] rows
         key = torch.cat([selector, F.pad(key, (0, extra))], dim=2)  # [B, H_kv, S + T_kv, hd + extra]
         value = torch.cat([selector, F.pad(value, (0, extra))], dim=2)
-        mask = F.pad(mask, (s, 0))  # selector keys are visible to every query
+        if mask is not None:
+            mask = F.pad(mask, (s, 0))  # selector keys are visible to every query
     out = F.scaled_dot_product_attention(
         query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling, enable_gqa=g > 1
     )  # [B, H, T, hd (+ extra)]
