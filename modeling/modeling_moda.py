@@ -273,8 +273,9 @@ def moda_attention(
     hkv, kv_len = key.shape[1], key.shape[2]
     g = h // hkv
     q = query.view(b, hkv, g, t, hd)
-    mask = additive_mask(attention_mask, t, kv_len, query.device)  # [B|1, 1, T, T_kv]
-    scores = upcast(torch.matmul(q, key.unsqueeze(2).transpose(-1, -2))) * scaling + mask.unsqueeze(2)
+    scores = upcast(torch.matmul(q, key.unsqueeze(2).transpose(-1, -2))) * scaling
+    if attention_mask is not None or t > 1:  # (a single unmasked query sees every key)
+        scores = scores + additive_mask(attention_mask, t, kv_len, query.device).unsqueeze(2)  # [B|1,1,1,T,T_kv]
     s = _num_slots(depth_keys)
     if s:
         depth_scores = upcast(depth_logits(q, depth_keys)) * (scaling * depth_scale)
@@ -389,11 +390,17 @@ class MoDAAttention(Attention):
                 f"{implementation!r}: other kernels cannot mix in the per-token depth keys."
             )
         attention_fn = moda_attention if implementation == "eager" else moda_attention_sdpa
+        if t == 1 and not torch.is_grad_enabled():
+            # Decoding one token: the explicit math scores [B, H, 1, T_kv] directly, where the SDPA path would
+            # copy the whole cache twice (zero-padded, plus the selector keys) at every step and layer.
+            attention_fn = moda_attention
         out, weights = attention_fn(
             q, k, v, depth_keys, depth_values, attention_mask,
             scaling=self.scaling, dropout=self.attention_dropout if self.training else 0.0,
             depth_scale=self.depth_key_scale,
         )
+        if implementation != "eager":
+            weights = None  # as the SDPA path (which never materialises them)
         return self.o_proj(out.reshape(b, t, -1)), weights
 
 
