@@ -169,6 +169,9 @@ def test_moda_depth_functions_equal_einsum_on_the_stack_with_gradients():
     for a, b in zip(grads, want_grads):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
     assert torch.autograd.gradcheck(lambda qq, *ss: depth_logits(qq, ss), (leaves[0], *leaves[2:4]))
+    with torch.no_grad():  # the decode path (plain batched products) computes the same values
+        torch.testing.assert_close(depth_logits(q, slots), want[0], rtol=0, atol=1e-12)
+        torch.testing.assert_close(depth_readout(weights, slots), want[1], rtol=0, atol=1e-12)
 
 
 def test_moda_depth_attention_saves_the_slots_not_their_stack():
