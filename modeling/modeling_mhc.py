@@ -149,29 +149,79 @@ def sinkhorn(logits: torch.Tensor, num_iters: int, temperature: float = 1.0) -> 
 
 
 def _sinkhorn(z: torch.Tensor, num_iters: int) -> torch.Tensor:
-    """:func:`sinkhorn` on upcast, temperature-scaled logits [..., n, n]; returns [N, n, n] (N = leading dims)."""
+    """:func:`sinkhorn` on upcast, temperature-scaled logits [..., n, n]; returns [N, n, n] (N = leading dims).
+
+    With autograd recording, :class:`SinkhornFunction` saves only its input and recomputes the iterations in the
+    backward pass (the unrolled iterations would otherwise keep 2 * num_iters tensors per sublayer alive for the
+    backward, ~25% of mHC's activation memory at d=256); without it (inference, decoding) the forward runs alone.
+    """
     n = z.shape[-1]
     # Token-minor layout [n, n, N]: the size-n reductions become vectorised elementwise ops over N tokens
     # (reducing a trailing dim of size 4 is ~2x slower on CPU, forward and backward).
     z = z.reshape(-1, n, n).permute(1, 2, 0).contiguous()
-    # Round 1 in the log domain, which takes logits of any range (no exp can overflow or lose a whole row).
-    z = z - _logsumexp(z, dim=0)  # columns sum to 1
-    z = z - _logsumexp(z, dim=1)  # rows sum to 1
-    p = z.exp()
-    # From here every row sums to 1 and every column sum lies in [1/n, n] (entries <= 1 after the column step, row
-    # scales >= 1/n), and each normalisation keeps both bounds; so no sum can underflow and the remaining rounds
-    # are the same normalisations in the probability domain: 4 kernels per round instead of 14, which is what
-    # bounds the cost here (each kernel touches only n²N values; decoding runs N = batch size).
-    for _ in range(num_iters - 1):
-        p = p / p.sum(dim=0, keepdim=True)  # columns sum to 1
-        p = p / p.sum(dim=1, keepdim=True)  # rows sum to 1
+    if torch.is_grad_enabled() and z.requires_grad:
+        p = SinkhornFunction.apply(z, num_iters)
+    else:  # the same iterations, keeping none of them
+        for _ in range(num_iters):
+            z = torch.log_softmax(torch.log_softmax(z, dim=0), dim=1)
+        p = z.exp()
     return p.permute(2, 0, 1)
 
 
-def _logsumexp(z: torch.Tensor, dim: int) -> torch.Tensor:
-    """``log Σ exp(z)`` over ``dim`` (kept), stabilised by the max; the max carries no gradient (it cancels)."""
-    peak = z.amax(dim, keepdim=True).detach()
-    return peak + (z - peak).exp().sum(dim, keepdim=True).log()
+def _sinkhorn_steps(z: torch.Tensor, num_iters: int) -> list[torch.Tensor]:
+    """The log-domain iterates of Sinkhorn-Knopp on logits ``z`` [n, n, N]: ``2 * num_iters`` tensors, each the
+    log-softmax of the previous one over the columns (``dim=0``, even entries) or the rows (``dim=1``, odd ones).
+
+    Normalising ``exp(z)`` so that a column (row) sums to 1 is ``z - logsumexp(z)`` over it, i.e. a log-softmax:
+    one fused kernel per normalisation, which takes logits of any range (no exp can overflow or lose a row) and
+    costs 2 kernels per round (dispatch, not arithmetic, bounds the cost here: each touches n²N values; decoding
+    runs N = batch size).
+    """
+    steps = []
+    for _ in range(num_iters):
+        z = torch.log_softmax(z, dim=0)  # columns sum to 1
+        steps.append(z)
+        z = torch.log_softmax(z, dim=1)  # rows sum to 1
+        steps.append(z)
+    return steps
+
+
+class SinkhornFunction(torch.autograd.Function):
+    """Sinkhorn-Knopp on logits [n, n, N] (log domain, :func:`_sinkhorn_steps`, then ``exp``) that saves only its
+    input for the backward pass and recomputes the iterates there (activation recomputation: the gradient is the
+    one autograd would give for the unrolled iterations, computed with the same log-softmax backward kernels)."""
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, num_iters: int) -> torch.Tensor:
+        ctx.num_iters = num_iters
+        ctx.save_for_backward(z)
+        return _sinkhorn_steps(z, num_iters)[-1].exp()
+
+    @staticmethod
+    def backward(ctx, grad_p: torch.Tensor):
+        (z,) = ctx.saved_tensors
+        steps = _sinkhorn_steps(z, ctx.num_iters)
+        grad = grad_p * steps[-1].exp()  # through exp
+        for i in range(len(steps) - 1, -1, -1):  # through each log-softmax, last first
+            grad = torch.ops.aten._log_softmax_backward_data(grad, steps[i], i % 2, grad.dtype)
+        return grad, None
+
+
+def _fp32(tensor: torch.Tensor) -> torch.Tensor:
+    """:func:`upcast` without the dispatch when ``tensor`` already is fp32 (the common case; decoding pays per op)."""
+    return tensor if tensor.dtype == torch.float32 else upcast(tensor)
+
+
+def _own_storage(norm: Norm) -> Norm:
+    """``norm`` applied to a contiguous copy of its input. The branch input ``u`` of
+    :func:`hyper_connection_update` is a view of the [N, n+1, d] mixing product; the norm saves its input for the
+    backward pass, which would keep the whole product (n+1 times the branch input) alive until then. The copy
+    (N·d values) is what the norm keeps instead, so the carried streams can be freed right after the update."""
+
+    def normalise(u: torch.Tensor) -> torch.Tensor:
+        return norm(u.contiguous())
+
+    return normalise
 
 
 class MHCResidual(Residual):
@@ -224,31 +274,53 @@ class MHCResidual(Residual):
             for gain in (self.alpha_pre, self.alpha_post, self.alpha_res):
                 hf_init.constant_(gain, float(config.mhc_gate_init))
 
+    def logit_parts(self, stream: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The logits ``α · (x̂ Φ) + b`` in fp32, split into pre [..., n], post [..., n] and res [..., n²] (leading
+        dims [B,T] for the dynamic variant, none for the static one). Call with autocast off."""
+        n = self.num_streams
+        sizes = [n, n, n * n]
+        bias = _fp32(self.bias)
+        if not self.dynamic:
+            return bias.split_with_sizes(sizes)
+        x = _fp32(stream.flatten(-2))  # [B,T,n*d]
+        # 1 / rms(x) = sqrt(nd) / sqrt(|x|² + nd·eps)
+        scale = x.shape[-1]
+        inv_rms = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square().add(scale * self.eps).rsqrt()
+        m = F.linear(x, _fp32(self.phi)).mul(inv_rms.mul(scale ** 0.5))  # x̂ Φ = (x Φ) / rms(x): [B,T,n²+2n]
+        # b + m · α per part (one fused op each; an fp32 m promotes a lower-precision α and b exactly)
+        parts = zip(m.split_with_sizes(sizes, dim=-1), bias.split_with_sizes(sizes),
+                    (self.alpha_pre, self.alpha_post, self.alpha_res))
+        return tuple(torch.addcmul(b, part, alpha) for part, b, alpha in parts)
+
     def logits(self, stream: torch.Tensor) -> torch.Tensor:
         """Pre-activation logits ``α · (x̂ Φ) + b`` in fp32: [B,T,n²+2n] (dynamic) or [n²+2n] (static)."""
-        if not self.dynamic:
-            return upcast(self.bias)
-        n = self.num_streams
-        x = upcast(stream.flatten(-2))  # [B,T,n*d]
-        inv_rms = torch.rsqrt(torch.linalg.vector_norm(x, dim=-1, keepdim=True).square() / x.shape[-1] + self.eps)
-        m = F.linear(x, self.phi.to(x.dtype)) * inv_rms  # x̂ Φ = (x Φ) / rms(x): [B,T,n²+2n]
-        gains = torch.cat([self.alpha_pre.expand(n), self.alpha_post.expand(n), self.alpha_res.expand(n * n)])
-        return m * gains.to(x.dtype) + self.bias.to(x.dtype)
+        with full_precision(stream):
+            return torch.cat(self.logit_parts(stream), dim=-1)
 
     def mappings(self, stream: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The fp32 maps ``H_pre`` [..., n], ``H_post`` [..., n] and ``H_res`` [..., n, n] for ``stream``
         [B,T,n,d]; leading dims are [B,T] (dynamic) or none (static)."""
+        if torch.is_autocast_enabled(stream.device.type):
+            with full_precision(stream):
+                return self._mappings(stream)
+        return self._mappings(stream)  # (entering the autocast context costs more than the rest at decode time)
+
+    def _mappings(self, stream: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         n = self.num_streams
-        with full_precision(stream):
-            z = self.logits(stream)
-            h_pre = torch.sigmoid(z[..., :n])
-            h_post = 2.0 * torch.sigmoid(z[..., n:2 * n])
-            h_res = sinkhorn(z[..., 2 * n:].unflatten(-1, (n, n)), self.num_iters, self.temperature)
+        z_pre, z_post, z_res = self.logit_parts(stream)
+        h_pre = torch.sigmoid(z_pre)
+        h_post = torch.sigmoid(z_post).mul(2.0)
+        z_res = z_res.unflatten(-1, (n, n))
+        if self.temperature != 1.0:
+            z_res = z_res / self.temperature
+        h_res = _sinkhorn(z_res, self.num_iters).view(z_res.shape)
         return h_pre, h_post, h_res
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         h_pre, h_post, h_res = self.mappings(stream)
         width = torch.cat([h_pre.unsqueeze(-2), h_res], dim=-2)  # [..., n+1, n]: row 0 -> branch input
+        if torch.is_grad_enabled():
+            norm = _own_storage(norm)
         return hyper_connection_update(stream, width, h_post, norm, branch)
 
     def extra_repr(self) -> str:

@@ -14,6 +14,7 @@ position, j key position, s depth slot, d head_dim.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -147,9 +148,6 @@ def additive_mask(
     rather than -inf, so a row with no visible key stays finite.
     """
     neg = torch.finfo(dtype).min
-    causal = torch.arange(kv_len, device=device)[None, :] <= torch.arange(q_len, device=device)[:, None] + (
-        kv_len - q_len
-    )
     if attention_mask is None:
         if q_len == 1:
             return torch.zeros(1, 1, 1, kv_len, dtype=dtype, device=device)
@@ -161,6 +159,9 @@ def additive_mask(
             "'eager' and 'sdpa' only (flash/flex attention cannot mix in the per-token depth keys)."
         )
     elif attention_mask.dim() == 2:  # [B, T_kv] padding mask (1 = real token)
+        causal = torch.arange(kv_len, device=device)[None, :] <= torch.arange(q_len, device=device)[:, None] + (
+            kv_len - q_len
+        )
         allowed = causal[None, None] & attention_mask[:, None, None, -kv_len:].bool()
     elif attention_mask.dtype == torch.bool:
         allowed = attention_mask[..., :kv_len]
@@ -169,15 +170,80 @@ def additive_mask(
     return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, neg)
 
 
+class _DepthLogits(torch.autograd.Function):
+    """Depth logits ``l[b,k,g,t,s] = q[b,k,g,t,:] . kappa_s[b,k,t,:]`` from the S separate depth slots.
+
+    Saves the query and the slots themselves (which the depth cache keeps alive anyway) rather than their stack:
+    block l's stack holds 2l slots, so stacks saved for the backward pass would grow quadratically with depth
+    (~60% of MoDA's extra activation memory at L=16). The stack is rebuilt, transiently, in the backward pass.
+    """
+
+    @staticmethod
+    def forward(ctx, query: torch.Tensor, *slots: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(query, *slots)
+        return torch.einsum("bkgtd,bktsd->bkgts", query, torch.stack(slots, dim=3))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        query, *slots = ctx.saved_tensors
+        keys = torch.stack(slots, dim=3)
+        grad_query = torch.einsum("bkgts,bktsd->bkgtd", grad, keys)
+        grad_keys = torch.einsum("bkgts,bkgtd->bktsd", grad, query)
+        return (grad_query, *grad_keys.unbind(dim=3))
+
+
+class _DepthReadout(torch.autograd.Function):
+    """Depth part of the attention output ``o[b,k,g,t,:] = sum_s a[b,k,g,t,s] nu_s[b,k,t,:]`` from the S separate
+    depth slots; saves the weights and the slots, not their stack (see :class:`_DepthLogits`)."""
+
+    @staticmethod
+    def forward(ctx, weights: torch.Tensor, *slots: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(weights, *slots)
+        return torch.einsum("bkgts,bktsd->bkgtd", weights, torch.stack(slots, dim=3))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        weights, *slots = ctx.saved_tensors
+        values = torch.stack(slots, dim=3)
+        grad_weights = torch.einsum("bkgtd,bktsd->bkgts", grad, values)
+        grad_values = torch.einsum("bkgts,bkgtd->bktsd", weights, grad)
+        return (grad_weights, *grad_values.unbind(dim=3))
+
+
+def _slots(depth: torch.Tensor | Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """Depth keys/values as a tuple of S slots [B, H_kv, T, hd] (a stacked [B, H_kv, T, S, hd] tensor is split)."""
+    return depth.unbind(dim=3) if isinstance(depth, torch.Tensor) else tuple(depth)
+
+
+def depth_logits(query: torch.Tensor, depth_keys: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
+    """Raw depth logits [B, H_kv, G, T, S] of the query [B, H_kv, G, T, hd] against the same-position depth keys
+    (stacked [B, H_kv, T, S, hd] or S slots [B, H_kv, T, hd])."""
+    slots = _slots(depth_keys)
+    if torch.is_grad_enabled():
+        return _DepthLogits.apply(query, *slots)
+    # the same batched product as the einsum, without its parsing (decoding pays per call)
+    return (query.transpose(2, 3) @ torch.stack(slots, dim=3).transpose(-1, -2)).transpose(2, 3)
+
+
+def depth_readout(weights: torch.Tensor, depth_values: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
+    """``sum_s weights[..., s] * value_s``: [B, H_kv, G, T, hd] from weights [B, H_kv, G, T, S] and the depth
+    values (stacked [B, H_kv, T, S, hd] or S slots [B, H_kv, T, hd])."""
+    slots = _slots(depth_values)
+    if torch.is_grad_enabled():
+        return _DepthReadout.apply(weights, *slots)
+    return (weights.transpose(2, 3) @ torch.stack(slots, dim=3)).transpose(2, 3)
+
+
 def moda_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    depth_keys: torch.Tensor | None,
-    depth_values: torch.Tensor | None,
+    depth_keys: torch.Tensor | Sequence[torch.Tensor] | None,
+    depth_values: torch.Tensor | Sequence[torch.Tensor] | None,
     attention_mask: torch.Tensor | None,
     scaling: float,
     dropout: float = 0.0,
+    depth_scale: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""One softmax over the causal sequence keys and the same-position depth keys.
 
@@ -193,11 +259,13 @@ def moda_attention(
         query: ``[B, H, T, hd]`` (RoPE applied).
         key: ``[B, H_kv, T_kv, hd]`` sequence keys (RoPE applied, cached prefix included).
         value: ``[B, H_kv, T_kv, hd]``.
-        depth_keys: ``[B, H_kv, T, S, hd]`` or ``None`` (S = 0: plain causal attention).
-        depth_values: ``[B, H_kv, T, S, hd]`` or ``None``.
+        depth_keys: ``[B, H_kv, T, S, hd]``, a sequence of S slots ``[B, H_kv, T, hd]`` (what the model passes: the
+            slots are not stacked where autograd would keep the stack) or ``None`` (S = 0: plain causal attention).
+        depth_values: Like ``depth_keys``.
         attention_mask: Any mask accepted by :func:`additive_mask`.
         scaling: Softmax scale (1/sqrt(hd)).
         dropout: Attention-probability dropout (applied to the joint weights).
+        depth_scale: Extra factor on the depth logits (the RoPE attention factor, see :class:`MoDAAttention`).
 
     Returns:
         ``(out [B, T, H, hd], weights [B, H, T, T_kv + S])``; each row of ``weights`` sums to 1.
@@ -206,31 +274,39 @@ def moda_attention(
     hkv, kv_len = key.shape[1], key.shape[2]
     g = h // hkv
     q = query.view(b, hkv, g, t, hd)
-    mask = additive_mask(attention_mask, t, kv_len, query.device)  # [B|1, 1, T, T_kv]
-    scores = upcast(torch.matmul(q, key.unsqueeze(2).transpose(-1, -2))) * scaling + mask.unsqueeze(2)
-    s = 0 if depth_keys is None else depth_keys.shape[3]
+    scores = upcast(torch.matmul(q, key.unsqueeze(2).transpose(-1, -2))) * scaling
+    if attention_mask is not None or t > 1:  # (a single unmasked query sees every key)
+        scores = scores + additive_mask(attention_mask, t, kv_len, query.device).unsqueeze(2)  # [B|1,1,1,T,T_kv]
+    s = _num_slots(depth_keys)
     if s:
-        depth_scores = upcast(torch.einsum("bkgtd,bktsd->bkgts", q, depth_keys)) * scaling
+        depth_scores = upcast(depth_logits(q, depth_keys)) * (scaling * depth_scale)
         scores = torch.cat([scores, depth_scores], dim=-1)  # [B, H_kv, G, T, T_kv + S]
     weights = F.softmax(scores, dim=-1, dtype=scores.dtype).to(value.dtype)
     if dropout:
         weights = F.dropout(weights, p=dropout, training=True)
     out = torch.matmul(weights[..., :kv_len], value.unsqueeze(2))  # [B, H_kv, G, T, hd]
     if s:
-        out = out + torch.einsum("bkgts,bktsd->bkgtd", weights[..., kv_len:], depth_values)
+        out = out + depth_readout(weights[..., kv_len:], depth_values)
     out = out.reshape(b, h, t, hd).transpose(1, 2).contiguous()
     return out, weights.reshape(b, h, t, kv_len + s)
+
+
+def _num_slots(depth_keys) -> int:
+    if depth_keys is None:
+        return 0
+    return depth_keys.shape[3] if isinstance(depth_keys, torch.Tensor) else len(depth_keys)
 
 
 def moda_attention_sdpa(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    depth_keys: torch.Tensor | None,
-    depth_values: torch.Tensor | None,
+    depth_keys: torch.Tensor | Sequence[torch.Tensor] | None,
+    depth_values: torch.Tensor | Sequence[torch.Tensor] | None,
     attention_mask: torch.Tensor | None,
     scaling: float,
     dropout: float = 0.0,
+    depth_scale: float = 1.0,
 ) -> tuple[torch.Tensor, None]:
     r"""The same function as :func:`moda_attention`, computed by one ``F.scaled_dot_product_attention`` call.
 
@@ -252,23 +328,31 @@ def moda_attention_sdpa(
     b, h, t, hd = query.shape
     hkv, kv_len = key.shape[1], key.shape[2]
     g = h // hkv
-    mask = additive_mask(attention_mask, t, kv_len, query.device, query.dtype)  # [B|1, 1, T, T_kv]
-    s = 0 if depth_keys is None else depth_keys.shape[3]
+    # A single query with no mask sees every key (selectors included): no mask at all, as for Llama.
+    mask = None if attention_mask is None and t == 1 else additive_mask(
+        attention_mask, t, kv_len, query.device, query.dtype
+    )  # [B|1, 1, T, T_kv]
+    s = _num_slots(depth_keys)
     if s:
         extra = s + (-(hd + s)) % 8  # zero feature columns keep the width a multiple of 8 (fused GPU kernels)
-        logits = torch.einsum("bkgtd,bktsd->bkgts", query.view(b, hkv, g, t, hd), depth_keys).reshape(b, h, t, s)
-        query = F.pad(torch.cat([query, logits], dim=-1), (0, extra - s))
+        logits = depth_logits(query.view(b, hkv, g, t, hd), depth_keys).reshape(b, h, t, s)
+        if depth_scale != 1.0:
+            logits = logits * depth_scale
+        query = torch.cat([query, logits], dim=-1)
+        if extra > s:
+            query = F.pad(query, (0, extra - s))
         eye = torch.eye(s, extra, dtype=key.dtype, device=key.device)
-        selector = torch.cat([key.new_zeros(s, hd), eye], dim=-1).expand(b, hkv, s, hd + extra)
+        selector = F.pad(eye, (hd, 0)).expand(b, hkv, s, hd + extra)  # [0 | e_i] rows
         key = torch.cat([selector, F.pad(key, (0, extra))], dim=2)  # [B, H_kv, S + T_kv, hd + extra]
         value = torch.cat([selector, F.pad(value, (0, extra))], dim=2)
-        mask = F.pad(mask, (s, 0))  # selector keys are visible to every query
+        if mask is not None:
+            mask = F.pad(mask, (s, 0))  # selector keys are visible to every query
     out = F.scaled_dot_product_attention(
         query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling, enable_gqa=g > 1
     )  # [B, H, T, hd (+ extra)]
     if s:
         weights = out[..., hd:hd + s].reshape(b, hkv, g, t, s)
-        out = out[..., :hd] + torch.einsum("bkgts,bktsd->bkgtd", weights, depth_values).reshape(b, h, t, hd)
+        out = out[..., :hd] + depth_readout(weights, depth_values).reshape(b, h, t, hd)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -296,10 +380,7 @@ class MoDAAttention(Attention):
         if depth is not None:
             depth.new_key, depth.new_value = k, v  # before RoPE: the depth slot is position-free
             if depth.keys:
-                depth_keys = torch.stack(depth.keys, dim=3)  # [B, H_kv, T, S, hd]
-                if self.depth_key_scale != 1.0:
-                    depth_keys = depth_keys * self.depth_key_scale
-                depth_values = torch.stack(depth.values, dim=3)
+                depth_keys, depth_values = depth.keys, depth.values  # S slots [B, H_kv, T, hd] each
         q, k = apply_rotary_pos_emb(q, k, *position_embeddings)
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
@@ -310,10 +391,17 @@ class MoDAAttention(Attention):
                 f"{implementation!r}: other kernels cannot mix in the per-token depth keys."
             )
         attention_fn = moda_attention if implementation == "eager" else moda_attention_sdpa
+        if t == 1 and not torch.is_grad_enabled():
+            # Decoding one token: the explicit math scores [B, H, 1, T_kv] directly, where the SDPA path would
+            # copy the whole cache twice (zero-padded, plus the selector keys) at every step and layer.
+            attention_fn = moda_attention
         out, weights = attention_fn(
             q, k, v, depth_keys, depth_values, attention_mask,
             scaling=self.scaling, dropout=self.attention_dropout if self.training else 0.0,
+            depth_scale=self.depth_key_scale,
         )
+        if implementation != "eager":
+            weights = None  # as the SDPA path (which never materialises them)
         return self.o_proj(out.reshape(b, t, -1)), weights
 
 
