@@ -207,23 +207,6 @@ class SinkhornFunction(torch.autograd.Function):
         return grad, None
 
 
-def _fp32(tensor: torch.Tensor) -> torch.Tensor:
-    """:func:`upcast` without the dispatch when ``tensor`` already is fp32 (the common case; decoding pays per op)."""
-    return tensor if tensor.dtype == torch.float32 else upcast(tensor)
-
-
-def _own_storage(norm: Norm) -> Norm:
-    """``norm`` applied to a contiguous copy of its input. The branch input ``u`` of
-    :func:`hyper_connection_update` is a view of the [N, n+1, d] mixing product; the norm saves its input for the
-    backward pass, which would keep the whole product (n+1 times the branch input) alive until then. The copy
-    (N·d values) is what the norm keeps instead, so the carried streams can be freed right after the update."""
-
-    def normalise(u: torch.Tensor) -> torch.Tensor:
-        return norm(u.contiguous())
-
-    return normalise
-
-
 class MHCResidual(Residual):
     """Identical to Pre-LN except the stream is n streams [B, T, n, d], mixed by a manifold-constrained
     hyper-connection::
@@ -279,14 +262,14 @@ class MHCResidual(Residual):
         dims [B,T] for the dynamic variant, none for the static one). Call with autocast off."""
         n = self.num_streams
         sizes = [n, n, n * n]
-        bias = _fp32(self.bias)
+        bias = upcast(self.bias)
         if not self.dynamic:
             return bias.split_with_sizes(sizes)
-        x = _fp32(stream.flatten(-2))  # [B,T,n*d]
+        x = upcast(stream.flatten(-2))  # [B,T,n*d]
         # 1 / rms(x) = sqrt(nd) / sqrt(|x|² + nd·eps)
         scale = x.shape[-1]
         inv_rms = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square().add(scale * self.eps).rsqrt()
-        m = F.linear(x, _fp32(self.phi)).mul(inv_rms.mul(scale ** 0.5))  # x̂ Φ = (x Φ) / rms(x): [B,T,n²+2n]
+        m = F.linear(x, upcast(self.phi)).mul(inv_rms.mul(scale ** 0.5))  # x̂ Φ = (x Φ) / rms(x): [B,T,n²+2n]
         # b + m · α per part (one fused op each; an fp32 m promotes a lower-precision α and b exactly)
         parts = zip(m.split_with_sizes(sizes, dim=-1), bias.split_with_sizes(sizes),
                     (self.alpha_pre, self.alpha_post, self.alpha_res))
@@ -300,10 +283,8 @@ class MHCResidual(Residual):
     def mappings(self, stream: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The fp32 maps ``H_pre`` [..., n], ``H_post`` [..., n] and ``H_res`` [..., n, n] for ``stream``
         [B,T,n,d]; leading dims are [B,T] (dynamic) or none (static)."""
-        if torch.is_autocast_enabled(stream.device.type):
-            with full_precision(stream):
-                return self._mappings(stream)
-        return self._mappings(stream)  # (entering the autocast context costs more than the rest at decode time)
+        with full_precision(stream):
+            return self._mappings(stream)
 
     def _mappings(self, stream: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         n = self.num_streams
@@ -319,8 +300,6 @@ class MHCResidual(Residual):
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         h_pre, h_post, h_res = self.mappings(stream)
         width = torch.cat([h_pre.unsqueeze(-2), h_res], dim=-2)  # [..., n+1, n]: row 0 -> branch input
-        if torch.is_grad_enabled():
-            norm = _own_storage(norm)
         return hyper_connection_update(stream, width, h_post, norm, branch)
 
     def extra_repr(self) -> str:
