@@ -35,6 +35,12 @@ def test_profile_of_a_linear_step_counts_its_flops_and_bytes():
         assert rows["total"][key] == pytest.approx(sum(rows[g][key] for g in bench_profile.GROUPS))
 
 
+def test_mean_rows_averages_every_figure():
+    one = {"gemm": {"ms": 1.0, "calls": 2.0}, "total": {"ms": 3.0, "calls": 4.0}}
+    two = {"gemm": {"ms": 3.0, "calls": 2.0}, "total": {"ms": 5.0, "calls": 8.0}}
+    assert bench_profile.mean_rows([one, two]) == {"gemm": {"ms": 2.0, "calls": 2.0}, "total": {"ms": 4.0, "calls": 6.0}}
+
+
 def test_training_step_profile_matches_the_model_flops():
     """Forward + backward GEMM FLOPs of a training step are ~6 x (matrix parameters used in products) x tokens."""
     settings = BenchSettings(shape="d64-L2", batch_size=2, seq_len=16, steps=1, warmup=1, vocab_size=256, memory=False)

@@ -706,23 +706,26 @@ def run_shapes(archs: list[str], shapes: list[BenchShape], settings: BenchSettin
 
 
 def run_profile(archs: list[str], settings: BenchSettings) -> dict[str, dict[str, dict[str, float]]]:
-    """``{model: op-group rows}`` (:func:`depthbench.bench_profile.profile_steps`) of ``settings.steps`` training
-    steps after ``settings.warmup`` unprofiled ones, for ``pre_ln`` and ``archs`` at ``settings.shape``."""
-    from depthbench.bench_profile import element_size, profile_steps
+    """``{model: op-group rows}`` (:func:`depthbench.bench_profile.profile_steps`) for ``pre_ln`` and ``archs`` at
+    ``settings.shape``: after ``settings.warmup`` unprofiled steps each, ``settings.steps`` rounds in which every
+    model runs one profiled step (interleaved in a rotated order, as the timing benchmark, so a noisy machine slows
+    every model alike); each figure is the mean over the rounds."""
+    from depthbench.bench_profile import element_size, mean_rows, profile_steps
     from depthbench.registry import resolve_archs
 
     names = [REFERENCE] + [a for a in resolve_archs(archs) if a != REFERENCE]
     models = build_models(names, settings)
     batch = _batch(settings, _shape_fields(settings)["vocab_size"], settings.batch_size, settings.seq_len)
-    profiles = {}
-    for name in names:
-        trainer = _Trainer(models.pop(name), settings, batch)
-        for _ in range(settings.warmup):
+    trainers = {name: _Trainer(models[name], settings, batch) for name in names}
+    for _ in range(settings.warmup):
+        for trainer in trainers.values():
             trainer.step()
-        profiles[name] = profile_steps(trainer.step, settings.steps, element_size(settings.dtype))
-        del trainer
-        gc.collect()
-    return profiles
+    rounds: dict[str, list] = {name: [] for name in names}
+    for r in range(settings.steps):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            rounds[name].append(profile_steps(trainers[name].step, 1, element_size(settings.dtype)))
+    return {name: mean_rows(rounds[name]) for name in names}
 
 
 # ================================================================================================ CLI

@@ -95,6 +95,12 @@ def profile_steps(step: Callable[[], object], steps: int, element_size: int = 4)
     return rows
 
 
+def mean_rows(runs: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """The element-wise mean of several :func:`profile_steps` results."""
+    return {group: {key: sum(run[group][key] for run in runs) / len(runs) for key in runs[0][group]}
+            for group in runs[0]}
+
+
 def format_profile(profiles: dict[str, dict[str, dict[str, float]]], reference: str = "pre_ln") -> str:
     """A Markdown table: one row per op group, one column per model, cells ``ms / GFLOP / GB read / calls``; then
     each model's totals as ratios to ``reference``."""
