@@ -38,7 +38,8 @@ def test_profile_of_a_linear_step_counts_its_flops_and_bytes():
 def test_mean_rows_averages_every_figure():
     one = {"gemm": {"ms": 1.0, "calls": 2.0}, "total": {"ms": 3.0, "calls": 4.0}}
     two = {"gemm": {"ms": 3.0, "calls": 2.0}, "total": {"ms": 5.0, "calls": 8.0}}
-    assert bench_profile.mean_rows([one, two]) == {"gemm": {"ms": 2.0, "calls": 2.0}, "total": {"ms": 4.0, "calls": 6.0}}
+    expected = {"gemm": {"ms": 2.0, "calls": 2.0}, "total": {"ms": 4.0, "calls": 6.0}}
+    assert bench_profile.mean_rows([one, two]) == expected
 
 
 def test_training_step_profile_matches_the_model_flops():
