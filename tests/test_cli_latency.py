@@ -23,7 +23,8 @@ from depthbench.shapes import GRIDS, _backbone_counts, grid_shapes
 
 HEAVY = ("torch", "transformers", "numpy", "datasets", "accelerate", "lm_eval", "matplotlib", "huggingface_hub")
 FAST_COMMANDS = [["--help"], ["archs"], ["archs", "--json"], ["shapes"], ["shapes", "400m"],
-                 ["shapes", "tiny", "--csv"]]
+                 ["shapes", "tiny", "--csv"], ["shapes", "400m", "--arch", "mhc"],
+                 ["shapes", "--budget", "20m", "--depths", "4,8", "--arch", "moda"]]
 
 
 def _python(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -53,7 +54,7 @@ def test_console_script_latency():
     script = os.path.join(os.path.dirname(sys.executable), "depthbench")
     if not os.path.exists(script):
         pytest.skip("console script not installed next to this interpreter")
-    for argv in (["--help"], ["archs"], ["shapes", "400m"]):
+    for argv in (["--help"], ["archs"], ["shapes", "400m"], ["shapes", "400m", "--arch", "hc"]):
         best = float("inf")
         for _ in range(2):  # the faster of two runs: one slow start on a busy machine is not the CLI's fault
             start = time.perf_counter()
@@ -71,6 +72,20 @@ def test_plain_python_backbone_counts_equal_the_config():
         for shape in grid_shapes(grid):
             fields = shape.config_fields()
             assert _backbone_counts(**fields) == DepthBenchConfig(**fields).parameter_counts(), shape.name
+
+
+@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+def test_plain_python_extra_counts_equal_the_architecture_config(arch):
+    """``depthbench shapes --arch`` counts with the registry's plain-Python ``extra``; every grid shape (and an
+    ad-hoc grouped-query shape) gives exactly the counts of the architecture's own config class."""
+    from depthbench.registry import build_config
+    from depthbench.shapes import shape_for_budget
+
+    shapes = [shape for grid in GRIDS for shape in grid_shapes(grid)]
+    shapes.append(shape_for_budget(30_000_000, 6, vocab_size=1000, heads=8, kv_heads=2))
+    for shape in shapes:
+        want = build_config(arch, **shape.config_fields()).parameter_counts()
+        assert shape.parameter_counts(arch) == want, (arch, shape.name)
 
 
 REGISTRATION_ORDERS = {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -25,7 +26,10 @@ class Architecture:
     """One registered architecture: ``causal_lm`` is ``"modeling_<file>.<ForCausalLM class>"`` in modeling/.
 
     ``family`` is the analysis family of its wiring (``wiring_class.family``; a registry test checks the two agree),
-    written here so that listing the registry needs no model code.
+    written here so that listing the registry needs no model code. ``extra`` is the same kind of shortcut for the
+    parameter count: ``extra(d, L, kv_width)`` = the parameters the architecture adds to the Pre-LN backbone at its
+    config defaults (``config.num_extra_parameters()``, the source of truth), so that ``depthbench shapes --arch``
+    answers without importing torch; ``tests/test_cli_latency.py`` checks the two agree at every grid shape.
     """
 
     id: str
@@ -33,6 +37,7 @@ class Architecture:
     description: str
     arxiv: str
     family: str = "residual"
+    extra: Callable[[int, int, int], int] = lambda d, L, kv_width: 0  # noqa: E731  (no extra parameters)
 
     @cached_property
     def causal_lm_class(self) -> type[PreTrainedModel]:
@@ -74,23 +79,27 @@ class Architecture:
 _TABLE: list[Architecture] = [
     Architecture("pre_ln", "modeling_pre_ln.PreLNForCausalLM", "Pre-LN: x + F(N(x)); the Llama baseline", "2002.04745"),
     Architecture("post_ln", "modeling_post_ln.PostLNForCausalLM", "Post-LN: N(x + F(x))", "1706.03762"),
-    Architecture("peri_ln", "modeling_peri_ln.PeriLNForCausalLM", "Peri-LN: x + N_out(F(N_in(x)))", "2502.02732"),
+    Architecture("peri_ln", "modeling_peri_ln.PeriLNForCausalLM", "Peri-LN: x + N_out(F(N_in(x)))", "2502.02732",
+                 extra=lambda d, L, kv: 2 * d * L),
     Architecture("lns", "modeling_lns.LNSForCausalLM", "LayerNorm Scaling: x + F(N(x) / sqrt(l))", "2502.05795"),
     Architecture("deepnorm", "modeling_deepnorm.DeepNormForCausalLM", "DeepNorm: N(a x + F(x))", "2203.00555"),
-    Architecture("keel", "modeling_keel.KeelForCausalLM", "KEEL: N_out(2L x + F(N_in(x)))", "2601.19895"),
+    Architecture("keel", "modeling_keel.KeelForCausalLM", "KEEL: N_out(2L x + F(N_in(x)))", "2601.19895",
+                 extra=lambda d, L, kv: d * (2 * L - 1)),
     Architecture("mix_ln", "modeling_mix_ln.MixLNForCausalLM", "Mix-LN: Post-LN first L/4, then Pre-LN", "2412.13795"),
     Architecture("depth_mup", "modeling_depth_scaled.DepthMuPForCausalLM", "depth-muP: branch x m_L^-.5", "2310.02244"),
     Architecture("completep", "modeling_depth_scaled.CompletePForCausalLM", "CompleteP: branch x m_L^-1", "2505.01618"),
     Architecture("hc", "modeling_hc.HCForCausalLM", "Hyper-Connections: n streams, tanh-gated mixing", "2409.19606",
-                 "hyper_connections"),
+                 "hyper_connections", extra=lambda d, L, kv: 2 * L * (6 * d + 26)),
     Architecture("mhc", "modeling_mhc.MHCForCausalLM", "mHC: n streams, doubly stochastic mixing", "2512.24880",
-                 "hyper_connections"),
+                 "hyper_connections", extra=lambda d, L, kv: 2 * L * (96 * d + 27)),
     Architecture("attnres", "modeling_attnres.AttnResForCausalLM", "Full AttnRes: softmax over depth", "2603.15031",
-                 "attnres"),
+                 "attnres", extra=lambda d, L, kv: 4 * d * L),
     Architecture("block_attnres", "modeling_attnres.BlockAttnResForCausalLM", "Block AttnRes: block sum", "2603.15031",
-                 "attnres"),
-    Architecture("moda", "modeling_moda.MoDAForCausalLM", "MoDA: attend to sequence + same-token depth", "2603.15619"),
-    Architecture("denseformer", "modeling_denseformer.DenseFormerForCausalLM", "DenseFormer: DW-average", "2402.02622"),
+                 "attnres", extra=lambda d, L, kv: 4 * d * L),
+    Architecture("moda", "modeling_moda.MoDAForCausalLM", "MoDA: attend to sequence + same-token depth", "2603.15619",
+                 extra=lambda d, L, kv: 2 * d * kv * (L - 1)),
+    Architecture("denseformer", "modeling_denseformer.DenseFormerForCausalLM", "DenseFormer: DW-average", "2402.02622",
+                 extra=lambda d, L, kv: L * (L + 3) // 2),
     # (new architectures: one line above this comment)
 ]
 

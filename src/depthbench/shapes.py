@@ -115,13 +115,16 @@ class Shape:
     def parameter_counts(self, arch: str | None = None) -> dict[str, int]:
         """Exact counts (``embedding``, ``backbone``, ``lm_head``, ``final_norm``, ``extra``, ``total``) at this
         shape, from a config alone (no model is built): of the shared backbone config the design rule counts
-        (``arch=None``, ``extra`` = 0), or of registered architecture ``arch``'s own config."""
-        if arch is None:
-            return dict(_backbone_counts(**self.config_fields()))
-        # imported here: the registry loads torch and every architecture (import cost; the rule needs configs only)
-        from depthbench.registry import build_config
+        (``arch=None``, ``extra`` = 0), or of registered architecture ``arch`` at its config defaults (the
+        registry's plain-Python ``extra`` count, equal to ``build_config(arch, **fields).parameter_counts()``)."""
+        counts = dict(_backbone_counts(**self.config_fields()))
+        if arch is not None:
+            from depthbench.registry import get  # the registry table itself imports no model code
 
-        return build_config(arch, **self.config_fields()).parameter_counts()
+            counts["extra"] = get(arch).extra(self.hidden_size, self.num_layers,
+                                              self.num_key_value_heads * self.head_dim)
+            counts["total"] += counts["extra"]
+        return counts
 
 
 @functools.lru_cache(maxsize=4096)
