@@ -133,6 +133,50 @@ def make_norm(config: DepthBenchConfig, hidden_size: int | None = None) -> nn.Mo
     return NORM_CLASSES[config.norm_type](hidden_size or config.hidden_size, eps=config.rms_norm_eps)
 
 
+class _RMSNormFunction(torch.autograd.Function):
+    """``weight * (x * rsqrt(mean(x²) + eps)).to(x.dtype)`` (:class:`RMSNorm`'s math) saving only ``x``, the
+    per-token ``rsqrt`` and the weight for the backward pass: the normalised tensor, which autograd would also keep,
+    is recomputed there (one elementwise product)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        xf = upcast(x)
+        inv_rms = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, inv_rms, weight)
+        return weight * (xf * inv_rms).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, inv_rms, weight = ctx.saved_tensors
+        normed = upcast(x) * inv_rms  # x̂ = x / rms(x)
+        grad_weight = None
+        if ctx.needs_input_grad[1]:
+            grad_weight = (grad * normed.to(x.dtype)).flatten(0, -2).sum(0).to(weight.dtype)
+        grad_normed = upcast(grad * weight)
+        # d x̂ / d x applied to grad_normed: (g - x̂ · mean(g · x̂)) / rms(x)
+        grad_x = (grad_normed - normed * (grad_normed * normed).mean(-1, keepdim=True)) * inv_rms
+        return grad_x.to(x.dtype), grad_weight, None
+
+
+class OutputRMSNorm(RMSNorm):
+    """An :class:`RMSNorm` (same parameter ``weight``, same math) for a norm whose input nothing else keeps, such as
+    the output norms of Peri-LN and KEEL: its training forward saves only its input and the per-token scale for the
+    backward pass. A plain RMSNorm there would keep two extra [B, T, d] tensors per sublayer (input and normalised
+    copy); this keeps one. (Pre-LN's norms read the stream, which is saved anyway, so they stay plain.)"""
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled():
+            return _RMSNormFunction.apply(hidden_states, self.weight, self.variance_epsilon)
+        return super().forward(hidden_states)
+
+
+def make_output_norm(config: DepthBenchConfig) -> nn.Module:
+    """:class:`OutputRMSNorm` for RMSNorm models, the configured norm (:func:`make_norm`) otherwise."""
+    if config.norm_type == "rmsnorm":
+        return OutputRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+    return make_norm(config)
+
+
 def rope_inv_freq(config: DepthBenchConfig) -> torch.Tensor:
     """Inverse RoPE frequencies ``theta^(-2i/head_dim)`` for i in [0, head_dim/2) (plain, unscaled RoPE)."""
     dim = config.head_dim

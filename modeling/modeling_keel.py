@@ -3,7 +3,6 @@
 Ships to the Hugging Face Hub as remote code (imports only torch, transformers and sibling files).
 """
 
-
 import torch
 
 from .configuration_depthbench import DepthBenchConfig
@@ -16,9 +15,8 @@ from .modeling_depthbench import (
     DepthBenchModel,
     Norm,
     Residual,
-    RMSNorm,
     Wiring,
-    make_norm,
+    make_output_norm,
     upcast,
 )
 
@@ -68,50 +66,6 @@ class KeelConfig(DepthBenchConfig):
 
     def num_extra_parameters(self) -> int:
         return self.hidden_size * (2 * self.num_hidden_layers - 1)
-
-
-class _RMSNormFunction(torch.autograd.Function):
-    """``weight * (x * rsqrt(mean(x²) + eps)).to(x.dtype)`` (:class:`RMSNorm`'s math) saving only ``x``, the
-    per-token ``rsqrt`` and the weight for the backward pass: the normalised tensor, which autograd would also keep,
-    is recomputed there (one elementwise product)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        xf = upcast(x)
-        inv_rms = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-        ctx.save_for_backward(x, inv_rms, weight)
-        return weight * (xf * inv_rms).to(x.dtype)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        x, inv_rms, weight = ctx.saved_tensors
-        normed = upcast(x) * inv_rms  # x̂ = x / rms(x)
-        grad_weight = None
-        if ctx.needs_input_grad[1]:
-            grad_weight = (grad * normed.to(x.dtype)).flatten(0, -2).sum(0).to(weight.dtype)
-        grad_normed = upcast(grad * weight)
-        # d x̂ / d x applied to grad_normed: (g - x̂ · mean(g · x̂)) / rms(x)
-        grad_x = (grad_normed - normed * (grad_normed * normed).mean(-1, keepdim=True)) * inv_rms
-        return grad_x.to(x.dtype), grad_weight, None
-
-
-class KeelOutputNorm(RMSNorm):
-    """KEEL's output norm (an :class:`RMSNorm`, same parameter ``weight``) whose training forward keeps only its
-    input and per-token scale for the backward pass. Its input ``alpha * x + F(N(x))`` is a tensor nothing else
-    saves, so unlike Pre-LN's norms (whose input is the stream, saved anyway) a plain RMSNorm would keep two extra
-    [B, T, d] tensors per sublayer (input and normalised copy); this keeps one."""
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled():
-            return _RMSNormFunction.apply(hidden_states, self.weight, self.variance_epsilon)
-        return super().forward(hidden_states)
-
-
-def make_output_norm(config: KeelConfig):
-    """:class:`KeelOutputNorm` for RMSNorm models, the configured norm otherwise."""
-    if config.norm_type == "rmsnorm":
-        return KeelOutputNorm(config.hidden_size, eps=config.rms_norm_eps)
-    return make_norm(config)
 
 
 class KeelResidual(Residual):

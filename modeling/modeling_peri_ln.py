@@ -18,6 +18,7 @@ from .modeling_depthbench import (
     Residual,
     Wiring,
     make_norm,
+    make_output_norm,
 )
 
 
@@ -70,7 +71,7 @@ class PeriLNResidual(Residual):
 
     def __init__(self, config: DepthBenchConfig, index: int):
         super().__init__(config, index)
-        self.out_norm = make_norm(config)
+        self.out_norm = make_output_norm(config)  # saves only its input and per-token scale for backward
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         return stream + self.out_norm(branch(norm(stream)))  # [B,T,d]

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from depthbench.modeling.modeling_depthbench import RMSNorm
-from depthbench.modeling.modeling_keel import KeelOutputNorm
+from depthbench.modeling.modeling_depthbench import OutputRMSNorm, RMSNorm
 from depthbench.modeling.modeling_mhc import MHCResidual, _sinkhorn, sinkhorn
 from depthbench.modeling.modeling_moda import depth_logits, depth_readout
 
@@ -195,10 +194,10 @@ def test_moda_decode_path_equals_training_forward(batch):
     torch.testing.assert_close(torch.cat(steps, dim=1), full.detach(), rtol=0, atol=2e-5)
 
 
-# ------------------------------------------------------------------------------------------------ KEEL
+# ---------------------------------------------------------------------------------------------- KEEL, Peri-LN
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_keel_output_norm_equals_rmsnorm_with_gradients_and_saves_less(dtype):
-    plain, fused = RMSNorm(32).to(dtype), KeelOutputNorm(32).to(dtype)
+def test_output_norm_equals_rmsnorm_with_gradients_and_saves_less(dtype):
+    plain, fused = RMSNorm(32).to(dtype), OutputRMSNorm(32).to(dtype)
     with torch.no_grad():
         plain.weight.normal_()
         fused.weight.copy_(plain.weight)
@@ -217,9 +216,32 @@ def test_keel_output_norm_equals_rmsnorm_with_gradients_and_saves_less(dtype):
         torch.testing.assert_close(fused(x), want, rtol=0, atol=tol)
 
 
-def test_keel_output_norm_gradcheck():
-    norm = KeelOutputNorm(8).double()
+def test_output_norm_gradcheck():
+    norm = OutputRMSNorm(8).double()
     with torch.no_grad():
         norm.weight.normal_()
     x = torch.randn(2, 3, 8, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, w: norm.forward(a) * 1.0, (x, norm.weight))
+
+
+def _saved_bytes(model, ids) -> int:
+    sizes = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        sizes[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        model(input_ids=ids, labels=ids)
+    return sum(sizes.values())
+
+
+def test_peri_ln_keeps_one_tensor_per_output_norm_beyond_pre_ln():
+    """Peri-LN's output norms read the branch outputs, which nothing else keeps: each saves exactly its input, the
+    per-token scale and its gain on top of what Pre-LN saves (a plain RMSNorm would also keep the normalised copy)."""
+    ids = random_ids(2, 16)
+    pre_ln, peri_ln = tiny_model("pre_ln"), tiny_model("peri_ln")
+    tokens, d = ids.numel(), pre_ln.config.hidden_size
+    extra = _saved_bytes(peri_ln, ids) - _saved_bytes(pre_ln, ids)
+    assert extra == pre_ln.config.num_sublayers * (tokens * d + tokens + d) * 4

@@ -18,19 +18,22 @@ holding ``pre_ln``'s state dict (so the two compute identical logits; the first-
 * **peak memory** of a training run (model, gradients, AdamW state, activations, allocator caches) in isolation:
   on CUDA ``torch.cuda.max_memory_allocated`` minus the memory allocated before the model was built; on CPU each
   model runs in a fresh process, forked from a worker (``python -m depthbench.bench --memory-worker``) that has
-  imported everything but never run a torch kernel (forking after OpenMP has run can deadlock). The child resets the
-  kernel's peak-RSS mark (``/proc/self/clear_refs``), builds the model and AdamW and runs 2 train steps; the
-  result is the peak RSS (``VmHWM``) minus the RSS before the build, i.e. parameters, gradients, optimizer state,
-  activations and allocator overhead (a tiny untimed run of the same architecture first pages in the libraries'
-  code, so that is not counted). Without ``/proc`` the child reports its ``ru_maxrss`` growth instead (without
-  ``os.fork``, one fresh worker process per model).
+  imported everything but never run a torch kernel (forking after OpenMP has run can deadlock). The child builds the
+  model and AdamW and runs 2 train steps twice. ``peak_mem_bytes`` (the ratios' basis) is the peak of live tensor
+  bytes of the second run, counted exactly by :class:`depthbench.tensor_memory.TensorPeak` (parameters, gradients,
+  AdamW state, saved activations and temporaries; deterministic, CUDA's ``max_memory_allocated`` without the
+  allocator's rounding). ``peak_rss_bytes`` is what the first run added to the process: the peak RSS (``VmHWM``,
+  reset through ``/proc/self/clear_refs``) minus the RSS before the build, which also holds the C heap's
+  fragmentation and varies by several percent between identical runs (a tiny untimed run of the same architecture
+  first pages in the libraries' code, so that is not counted). Without ``/proc`` the child reports its
+  ``ru_maxrss`` growth instead (without ``os.fork``, one fresh worker process per model).
 
 Ratios: ``train_time_ratio_vs_*`` = median step time / reference median step time (> 1 is slower), with two
 noise-robust companions, ``train_time_ratio_paired_vs_*`` (median over i of step_i / reference step_i, the two steps
 having run back to back) and ``train_time_ratio_min_vs_*`` (fastest step / reference fastest step);
 ``decode_speed_ratio_vs_*`` = tokens/s / reference tokens/s (< 1 is slower); ``peak_mem_ratio_vs_*`` = peak /
-reference peak. The table goes to stdout, followed by one JSON object per model on its own line (``grep '^{'``),
-and ``--json-out`` writes them all.
+reference peak (``peak_rss_ratio_vs_*`` the same for the RSS growth on CPU). The table goes to stdout, followed by
+one JSON object per model on its own line (``grep '^{'``), and ``--json-out`` writes them all.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
+
+from depthbench.tensor_memory import TensorPeak
 
 LLAMA = "llama"
 """Name of the transformers ``LlamaForCausalLM`` reference in results."""
@@ -351,9 +356,17 @@ def _measure_here(name: str, settings_dict: dict) -> dict:
             method, baseline = "ru_maxrss growth over the post-import value", _ru_maxrss_bytes()
             _train_memory_run(name, settings)
             peak = _ru_maxrss_bytes()
-        return {"peak_mem_bytes": peak - baseline, "peak_mem_method": f"cpu child process: {method}"}
+        result = {"peak_rss_bytes": peak - baseline, "peak_rss_method": f"cpu child process: {method}"}
+        if settings.compile:  # the dispatch mode cannot watch inside compiled graphs
+            return {**result, "peak_mem_bytes": None, "peak_mem_method": "not measured with --compile"}
+        gc.collect()
+        with TensorPeak() as tensors:  # built inside the mode: parameters, gradients and AdamW state count too
+            _train_memory_run(name, settings)
+        return {**result, "peak_mem_bytes": tensors.peak_bytes,
+                "peak_mem_method": "peak live tensor bytes (depthbench.tensor_memory.TensorPeak)"}
     except Exception as exc:  # report the failure in the result instead of dying silently
-        return {"peak_mem_bytes": None, "peak_mem_method": f"failed: {type(exc).__name__}: {exc}"}
+        return {"peak_mem_bytes": None, "peak_mem_method": f"failed: {type(exc).__name__}: {exc}",
+                "peak_rss_bytes": None}
 
 
 def _memory_worker(forking: bool) -> None:
@@ -562,6 +575,7 @@ def run_benchmark(archs: list[str], settings: BenchSettings) -> list[dict]:
             r[f"decode_speed_ratio_vs_{ref}"] = {bs: _ratio(v, other["decode_tokens_per_s"].get(bs))
                                                   for bs, v in r["decode_tokens_per_s"].items()}
             r[f"peak_mem_ratio_vs_{ref}"] = _ratio(r["peak_mem_bytes"], other["peak_mem_bytes"])
+            r[f"peak_rss_ratio_vs_{ref}"] = _ratio(r.get("peak_rss_bytes"), other.get("peak_rss_bytes"))
     return results
 
 
@@ -573,7 +587,7 @@ def format_results(results: list[dict]) -> str:
     sizes = list(results[0]["decode_tokens_per_s"]) if results else []
     header = ["model", "params", "step ms", "vs pre_ln", "vs llama", "paired vs llama", "train tok/s"]
     header += [f"dec tok/s bs{bs}" for bs in sizes] + [f"vs pre_ln bs{bs}" for bs in sizes]
-    header += ["peak MB", "mem vs pre_ln", "first loss"]
+    header += ["peak MB", "mem vs pre_ln", "rss vs pre_ln", "first loss"]
     compiled = bool(results) and "compiled" in results[0]
     header += ["compiled ms", "compiled vs pre_ln", "compile speed-up", "compiled first loss"] if compiled else []
     body = []
@@ -586,7 +600,7 @@ def format_results(results: list[dict]) -> str:
         line += [num(r["decode_speed_ratio_vs_pre_ln"].get(bs), ".3f") for bs in sizes]
         mem = r["peak_mem_bytes"]
         line += [num(None if mem is None else mem / 2**20, ".0f"), num(r["peak_mem_ratio_vs_pre_ln"], ".3f"),
-                 num(r["first_loss"], ".4f")]
+                 num(r.get("peak_rss_ratio_vs_pre_ln"), ".3f"), num(r["first_loss"], ".4f")]
         if compiled:
             c = r["compiled"]
             line += [num(None if c["train_step_s_median"] is None else 1e3 * c["train_step_s_median"], ".1f"),
