@@ -89,6 +89,30 @@ def as_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return tensor if tensor.dtype == dtype else tensor.to(dtype)
 
 
+def inference_fast_path() -> bool:
+    """True where a module may take a no-autograd fast path instead of its differentiable one: autograd is off
+    (``torch.no_grad()`` / ``torch.inference_mode()``: ``generate()``, evaluation) and nothing is being traced by
+    ``torch.compile`` (compiled graphs keep the plain, fusable math). Fast paths must compute the same function,
+    equal to the differentiable path within float rounding."""
+    return not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+
+
+def derived_weights(module: nn.Module, key: str, build: Callable[[], object], *params: torch.Tensor):
+    """A value ``build()`` derives from ``params`` (for example normalised or concatenated weights), cached on
+    ``module`` for no-autograd fast paths and rebuilt whenever a parameter changes: the cache key is each
+    parameter's storage address, version counter (bumped by every in-place update: optimizer steps, ``load_state_dict``,
+    ``copy_``), dtype and device. Call it only under :func:`inference_fast_path` (the cached value carries no
+    autograd history)."""
+    stamp = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+    cache = module.__dict__.setdefault("_derived_weights", {})
+    hit = cache.get(key)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    value = build()
+    cache[key] = (stamp, value)
+    return value
+
+
 class RMSNorm(nn.Module):
     """RMSNorm with a learnable gain (init 1), computed in at least fp32 and cast back (as Llama and OLMo-core)."""
 

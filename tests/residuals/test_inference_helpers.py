@@ -1,0 +1,33 @@
+"""The shared switches of the no-autograd fast paths (``modeling_depthbench``)."""
+
+import torch
+from depthbench.modeling.modeling_depthbench import derived_weights, inference_fast_path
+
+
+def test_fast_path_only_without_autograd():
+    assert not inference_fast_path()
+    with torch.no_grad():
+        assert inference_fast_path()
+    with torch.inference_mode():
+        assert inference_fast_path()
+
+
+def test_derived_weights_rebuild_after_every_parameter_change():
+    layer = torch.nn.Linear(3, 3)
+    builds = []
+
+    def build():
+        builds.append(1)
+        return layer.weight.sum() * 2
+
+    with torch.no_grad():
+        first = derived_weights(layer, "twice_sum", build, layer.weight)
+        assert derived_weights(layer, "twice_sum", build, layer.weight) is first and len(builds) == 1
+        layer.weight.add_(1.0)  # an optimizer step: in place, same storage
+        after_step = derived_weights(layer, "twice_sum", build, layer.weight)
+        torch.testing.assert_close(after_step, first + 18)
+        layer.load_state_dict({"weight": torch.zeros(3, 3), "bias": torch.zeros(3)})
+        torch.testing.assert_close(derived_weights(layer, "twice_sum", build, layer.weight), torch.tensor(0.0))
+        layer.weight = torch.nn.Parameter(torch.ones(3, 3))  # a new storage
+        torch.testing.assert_close(derived_weights(layer, "twice_sum", build, layer.weight), torch.tensor(18.0))
+    assert len(builds) == 4
