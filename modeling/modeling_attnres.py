@@ -256,7 +256,9 @@ class _DepthMix(torch.autograd.Function):
 
 
 #: Above this many tokens (batch x sequence), an inference-mode mix loops over the sources instead of stacking them.
-STACKED_MIX_MAX_TOKENS = 64
+#: 128 covers the prefill of a short prompt batch (8 x 16) too; the transient stack is then at most
+#: 128 x d x (2L + 1) values (17 MB in fp32 at d = 1024, L = 16).
+STACKED_MIX_MAX_TOKENS = 128
 
 
 def _stacked_depth_mix(
@@ -411,7 +413,8 @@ class AttnResWiring(_MixerMixin, Wiring):
 
     # -------------------------------------------------------------------------------------------- stream hooks
     def enter(self, embeddings: torch.Tensor) -> AttnResStream:
-        return AttnResStream((embeddings,), (self.source_inv_rms(embeddings),), None, 0)
+        # plain inv_rms: enter() is called directly, not through the module (no offload hook loads parameters)
+        return AttnResStream((embeddings,), (inv_rms(embeddings, self.eps),), None, 0)
 
     def final_mix(self, stream: AttnResStream) -> torch.Tensor:
         """The raw (pre-norm) final mixture over every source (the newest source after a skipped last block)."""

@@ -77,7 +77,7 @@ class PeriLNResidual(Residual):
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         if isinstance(self.out_norm, OutputRMSNorm) and inference_fast_path():
-            return self.out_norm.add_to(stream, branch(norm(stream)))  # the same sum, fewer aten calls (decoding)
+            return self.out_norm(branch(norm(stream)), residual=stream)  # the same sum, fused (decoding)
         return stream + self.out_norm(branch(norm(stream)))  # [B,T,d]
 
 

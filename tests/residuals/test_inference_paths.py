@@ -3,7 +3,7 @@
 Without autograd (``torch.no_grad()``: ``generate()``, evaluation) AttnRes / Block AttnRes mix depth from cached key
 norms and a cached ``query * key_gain`` (``modeling/modeling_attnres.py``), MoDA scores a single query token with
 :func:`moda_single_query_attention` (``modeling/modeling_moda.py``) and Peri-LN fuses its output norm with the
-residual add (``OutputRMSNorm.add_to``, ``modeling/modeling_depthbench.py``). Each is checked against the
+residual add (``OutputRMSNorm(x, residual=stream)``, ``modeling/modeling_depthbench.py``). Each is checked against the
 differentiable path (the same model and inputs with autograd on): logits of a full forward and of cached one-token
 decode steps, batch 1 and > 1, with left padding, fp32 (and bf16 at bf16 tolerance); and ``generate()`` returns the
 same tokens with the fast paths switched off.
@@ -32,7 +32,7 @@ FAST_PATH = {
     "attnres": (modeling_attnres, "_fast_inv_rms"),
     "block_attnres": (modeling_attnres, "_fast_inv_rms"),
     "moda": (modeling_moda, "moda_single_query_attention"),
-    "peri_ln": (modeling_depthbench.OutputRMSNorm, "add_to"),
+    "peri_ln": (modeling_depthbench.OutputRMSNorm, "_add_normed"),
 }
 #: Relative to the logits' scale (fp32 rounding through four blocks of different summation orders).
 FP32_REL = 1e-5
@@ -188,12 +188,18 @@ def test_single_query_attention_equals_moda_attention_with_masks_and_gqa():
                     assert weights[1, :, 0, :2].abs().max() == 0  # masked keys get no weight
 
 
-def test_output_norm_add_to_equals_the_norm_then_the_add():
+def test_output_norm_with_residual_equals_the_norm_then_the_add():
     norm = modeling_depthbench.OutputRMSNorm(32, eps=1e-5)
     generator = torch.Generator().manual_seed(5)
     with torch.no_grad():
         norm.weight.copy_(1 + 0.5 * torch.randn(32, generator=generator))
-        stream, x = torch.randn(2, 3, 32, generator=generator), 7 * torch.randn(2, 3, 32, generator=generator)
-        torch.testing.assert_close(norm.add_to(stream, x), stream + norm(x), rtol=1e-6, atol=1e-6)
+    stream, x = torch.randn(2, 3, 32, generator=generator), 7 * torch.randn(2, 3, 32, generator=generator)
+    x.requires_grad_(True)
+    differentiable = norm(x, residual=stream)
+    differentiable.sum().backward()
+    assert x.grad is not None and norm.weight.grad is not None  # the training path keeps its gradients
+    with torch.no_grad():
+        torch.testing.assert_close(norm(x, residual=stream), stream + norm(x), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(norm(x, residual=stream), differentiable, rtol=1e-6, atol=1e-6)
         xb = x.bfloat16()  # a bf16 branch output (autocast): normalised in fp32, cast back, then scaled
-        torch.testing.assert_close(norm.add_to(stream, xb), stream + norm(xb), rtol=1e-6, atol=1e-5)
+        torch.testing.assert_close(norm(xb, residual=stream), stream + norm(xb), rtol=1e-6, atol=1e-5)
