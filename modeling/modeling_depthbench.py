@@ -197,7 +197,7 @@ class OutputRMSNorm(RMSNorm):
         if residual is not None:
             if inference_fast_path():
                 return self._add_normed(residual, hidden_states)
-            return residual + self(hidden_states)
+            return residual + self.forward(hidden_states)
         if torch.is_grad_enabled():
             return _RMSNormFunction.apply(hidden_states, self.weight, self.variance_epsilon)
         return super().forward(hidden_states)
