@@ -40,6 +40,8 @@ from .modeling_depthbench import (
     Residual,
     Wiring,
     as_dtype,
+    derived_weights,
+    inference_fast_path,
     upcast,
 )
 
@@ -163,6 +165,17 @@ def inv_rms(source: torch.Tensor, eps: float) -> torch.Tensor:
     return torch.rsqrt(sq_norm / source.shape[-1] + eps)
 
 
+def _fast_inv_rms(source: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """:func:`inv_rms` without autograd in three aten calls (norm, fused ``eps + |v|^2 / d``, rsqrt); ``eps`` is a
+    0-dim fp32 tensor on the source's device (:meth:`_MixerMixin._mix_constants`)."""
+    norm = torch.linalg.vector_norm(source, dim=-1) if source.dtype in _WIDE else torch.linalg.vector_norm(
+        source, dim=-1, dtype=torch.float32)
+    return torch.rsqrt(torch.addcmul(eps, norm, norm, value=1.0 / source.shape[-1]))
+
+
+_WIDE = (torch.float32, torch.float64)
+
+
 def depth_weights(
     query: torch.Tensor, key_gain: torch.Tensor, sources: list[torch.Tensor], inv_rms_values: list[torch.Tensor]
 ) -> torch.Tensor:
@@ -182,17 +195,20 @@ def depth_mix(
     key_gain: torch.Tensor | None,
     sources: list[torch.Tensor],
     inv_rms_values: list[torch.Tensor],
+    u: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``sum_i a_i v_i`` over depth (weights from :func:`depth_weights`), accumulated in fp32, cast back.
 
     A single source is returned as is (its weight is exactly 1). Sources are not stacked, so autograd saves only
-    the sources themselves and the ``[S, B, T]`` weights.
+    the sources themselves and the ``[S, B, T]`` weights. ``u`` optionally passes ``query * key_gain`` already
+    folded (in the sources' dtype), as the no-autograd fast path caches it (:meth:`_MixerMixin._mix_constants`).
     """
     if len(sources) == 1:
         return sources[0]
+    if u is None:
+        u = as_dtype(upcast(query) * upcast(key_gain), sources[0].dtype)
     if not torch.is_grad_enabled() and sources[0].shape[:-1].numel() <= STACKED_MIX_MAX_TOKENS:
-        return _stacked_depth_mix(query, key_gain, sources, inv_rms_values)
-    u = as_dtype(upcast(query) * upcast(key_gain), sources[0].dtype)
+        return _stacked_depth_mix(query, key_gain, sources, inv_rms_values, u)
     return _DepthMix.apply(u, len(sources), *inv_rms_values, *sources)
 
 
@@ -240,25 +256,61 @@ class _DepthMix(torch.autograd.Function):
 
 
 #: Above this many tokens (batch x sequence), an inference-mode mix loops over the sources instead of stacking them.
-STACKED_MIX_MAX_TOKENS = 64
+#: 128 covers the prefill of a short prompt batch (8 x 16) too; the transient stack is then at most
+#: 128 x d x (2L + 1) values (17 MB in fp32 at d = 1024, L = 16).
+STACKED_MIX_MAX_TOKENS = 128
 
 
 def _stacked_depth_mix(
-    query: torch.Tensor, key_gain: torch.Tensor, sources: list[torch.Tensor], inv_rms_values: list[torch.Tensor]
+    query: torch.Tensor,
+    key_gain: torch.Tensor,
+    sources: list[torch.Tensor],
+    inv_rms_values: list[torch.Tensor],
+    u: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """:func:`depth_mix` for a few tokens without autograd (decoding): the sources are stacked once, so the whole
-    mix is a handful of aten calls instead of two per source. Dispatch, not arithmetic, is what a decode step
-    pays (a few microseconds per call); for many tokens or under autograd the per-source loop is used, which
-    never materialises (or saves for backward) the [S, B, T, d] stack."""
+    mix is one product for the scores, one softmax and one weighted sum (ten aten calls whatever the number of
+    sources) instead of two calls per source. Dispatch, not arithmetic, is what a decode step pays (a few
+    microseconds per call); for many tokens or under autograd the per-source loop is used, which never
+    materialises (or saves for backward) the [S, B, T, d] stack."""
     values = torch.stack(sources)  # [S,B,T,d]
-    u = as_dtype(upcast(query) * upcast(key_gain), values.dtype)
+    if u is None:
+        u = as_dtype(upcast(query) * upcast(key_gain), values.dtype)
     weights = torch.softmax(upcast(values @ u) * torch.stack(inv_rms_values), dim=0)  # [S,B,T], fp32
     mixed = (upcast(values) * weights.unsqueeze(-1)).sum(dim=0)  # Σ_i a_i v_i, fp32 [B,T,d]
-    return mixed.to(sources[0].dtype)
+    return as_dtype(mixed, sources[0].dtype)
 
 
 # ================================================================================================ residual wiring
-class AttnResResidual(Residual):
+class _MixerMixin:
+    """What the depth mixers (each sublayer's residual and the final mixer on the wiring) share: the key norm of a
+    source and the mix itself, each with a no-autograd fast path (:func:`inference_fast_path`: ``generate()``,
+    evaluation) that computes the same function in fewer aten calls, reading ``u = query * key_gain`` and the
+    ``eps`` constant from the :func:`derived_weights` cache instead of rebuilding them at every call."""
+
+    def _mix_constants(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(u = query * key_gain in dtype, eps as a 0-dim fp32 tensor)`` for the fast path, cached."""
+
+        def build():
+            u = as_dtype(upcast(self.query) * upcast(self.key_gain), dtype)
+            return u, torch.full((), self.eps, dtype=torch.float32, device=u.device)
+
+        return derived_weights(self, f"mix:{dtype}", build, self.query, self.key_gain)
+
+    def source_inv_rms(self, source: torch.Tensor) -> torch.Tensor:
+        """:func:`inv_rms` of a new source (computed once per source, then carried in the stream)."""
+        if self.query is not None and inference_fast_path():
+            return _fast_inv_rms(source, self._mix_constants(source.dtype)[1])
+        return inv_rms(source, self.eps)
+
+    def mix(self, sources: list[torch.Tensor], inv: list[torch.Tensor]) -> torch.Tensor:
+        """:func:`depth_mix` with this module's query and key gain."""
+        if len(sources) > 1 and inference_fast_path():
+            return depth_mix(self.query, self.key_gain, sources, inv, u=self._mix_constants(sources[0].dtype)[0])
+        return depth_mix(self.query, self.key_gain, sources, inv)
+
+
+class AttnResResidual(_MixerMixin, Residual):
     """Identical to Pre-LN except that the sublayer reads a softmax-over-depth mixture of the embedding and earlier
     (block sums of) sublayer outputs instead of a residual stream, and its output is added to the current block's
     partial sum instead of to a stream.
@@ -291,15 +343,15 @@ class AttnResResidual(Residual):
         """The raw (pre-norm) mixture this sublayer consumes, and the stream after the boundary commit."""
         bank, bank_inv_rms, partial = stream.bank, stream.bank_inv_rms, stream.partial
         if self.is_boundary and partial is not None:
-            bank, bank_inv_rms, partial = bank + (partial,), bank_inv_rms + (inv_rms(partial, self.eps),), None
+            bank, bank_inv_rms, partial = bank + (partial,), bank_inv_rms + (self.source_inv_rms(partial),), None
         stream = stream._replace(bank=bank, bank_inv_rms=bank_inv_rms, partial=partial)
         if stream.skip_pending and self.is_attention and self.is_boundary:
             return stream.newest(), stream  # "next-output" rule after a skipped block
         sources, inv = list(bank), list(bank_inv_rms)
         if partial is not None:
             sources.append(partial)
-            inv.append(inv_rms(partial, self.eps))
-        return depth_mix(self.query, self.key_gain, sources, inv), stream
+            inv.append(self.source_inv_rms(partial))
+        return self.mix(sources, inv), stream
 
     def forward(self, stream: AttnResStream, norm: Norm | None = None, branch: Branch | None = None):
         """Run the sublayer and return the updated stream; without ``norm``/``branch``, return only the raw mix
@@ -321,7 +373,7 @@ class AttnResResidual(Residual):
         return f"index={self.index}, block_size={self.block_size}"
 
 
-class AttnResWiring(Wiring):
+class AttnResWiring(_MixerMixin, Wiring):
     """Model-level AttnRes wiring: the embedding enters the bank, the final mixer (``query``, ``key_gain``, as
     ``model.wiring.*``) feeds ``model.norm``, and the analysis hooks read the raw depth mixes (the state each
     consumer actually reads), not per-block partial sums.
@@ -361,6 +413,7 @@ class AttnResWiring(Wiring):
 
     # -------------------------------------------------------------------------------------------- stream hooks
     def enter(self, embeddings: torch.Tensor) -> AttnResStream:
+        # plain inv_rms: enter() is called directly, not through the module (no offload hook loads parameters)
         return AttnResStream((embeddings,), (inv_rms(embeddings, self.eps),), None, 0)
 
     def final_mix(self, stream: AttnResStream) -> torch.Tensor:
@@ -370,8 +423,8 @@ class AttnResWiring(Wiring):
         sources, inv = list(stream.bank), list(stream.bank_inv_rms)
         if stream.partial is not None:
             sources.append(stream.partial)
-            inv.append(inv_rms(stream.partial, self.eps))
-        return depth_mix(self.query, self.key_gain, sources, inv)
+            inv.append(self.source_inv_rms(stream.partial))
+        return self.mix(sources, inv)
 
     def forward(self, stream: AttnResStream, final_norm: Norm | None = None) -> torch.Tensor:
         """:meth:`exit` (or, without ``final_norm``, the raw :meth:`final_mix`) through ``nn.Module.__call__``:

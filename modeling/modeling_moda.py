@@ -35,6 +35,8 @@ from .modeling_depthbench import (
     Residual,
     Wiring,
     apply_rotary_pos_emb,
+    as_dtype,
+    inference_fast_path,
     rope_init,
     upcast,
 )
@@ -356,6 +358,52 @@ def moda_attention_sdpa(
     return out.transpose(1, 2).contiguous(), None
 
 
+def moda_single_query_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    depth_keys: Sequence[torch.Tensor] | None,
+    depth_values: Sequence[torch.Tensor] | None,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    depth_scale: float = 1.0,
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    r""":func:`moda_attention` for a single query token without autograd (a cached decode step): the same explicit
+    fp32 scores and one softmax, in a fixed handful of aten calls.
+
+    The ``B * H_kv`` (key head) groups become the batch of three batched products: the query ``[B H_kv, G, hd]``
+    against the cached sequence keys (read in place: no copy of the cache, unlike the SDPA path's padded and
+    selector-extended keys) and against the depth keys (the S slots stacked once, ``[B H_kv, hd, S]``); one fp32
+    softmax over both; the output is ``a_seq V_seq + a_depth V_depth`` (one ``baddbmm``). Takes only what the
+    model passes (S slots of ``[B, H_kv, 1, hd]``, any mask of :func:`additive_mask`); no dropout.
+
+    Returns:
+        ``(out [B, 1, H, hd], weights [B, H, 1, T_kv + S] or None)`` (the weights only with ``need_weights``).
+    """
+    b, h, t, hd = query.shape
+    hkv, kv_len = key.shape[1], key.shape[2]
+    g = h // hkv
+    q = query.reshape(b * hkv, g, hd)
+    scores = torch.bmm(q, key.reshape(b * hkv, kv_len, hd).transpose(1, 2))  # [B H_kv, G, T_kv]
+    s = len(depth_keys) if depth_keys else 0
+    if s:
+        depth_scores = torch.bmm(q, torch.stack(tuple(depth_keys), dim=-1).reshape(b * hkv, hd, s))  # [B H_kv, G, S]
+        if depth_scale != 1.0:
+            depth_scores = depth_scores * depth_scale
+        scores = torch.cat([scores, depth_scores], dim=-1)
+    scores = upcast(scores) * scaling
+    if attention_mask is not None:
+        mask = additive_mask(attention_mask, 1, kv_len, query.device, scores.dtype)  # [B|1, 1, 1, T_kv]
+        scores.view(b, hkv, g, kv_len + s)[..., :kv_len] += mask
+    weights = as_dtype(torch.softmax(scores, dim=-1), value.dtype)
+    out = torch.bmm(weights[..., :kv_len], value.reshape(b * hkv, kv_len, hd))  # [B H_kv, G, hd]
+    if s:
+        depth_v = torch.stack(tuple(depth_values), dim=-2).reshape(b * hkv, s, hd)
+        out = torch.baddbmm(out, weights[..., kv_len:], depth_v)
+    return out.view(b, t, h, hd), weights.view(b, h, t, kv_len + s) if need_weights else None
+
+
 class MoDAAttention(Attention):
     """Identical to the backbone attention except that it also attends to same-position depth keys.
 
@@ -390,6 +438,12 @@ class MoDAAttention(Attention):
                 f"MoDA attention runs its own math with attn_implementation 'eager' or 'sdpa', not "
                 f"{implementation!r}: other kernels cannot mix in the per-token depth keys."
             )
+        if t == 1 and inference_fast_path() and not (self.training and self.attention_dropout):
+            out, weights = moda_single_query_attention(
+                q, k, v, depth_keys, depth_values, attention_mask, scaling=self.scaling,
+                depth_scale=self.depth_key_scale, need_weights=implementation == "eager",
+            )
+            return self.o_proj(out.reshape(b, t, -1)), weights
         attention_fn = moda_attention if implementation == "eager" else moda_attention_sdpa
         if t == 1 and not torch.is_grad_enabled():
             # Decoding one token: the explicit math scores [B, H, 1, T_kv] directly, where the SDPA path would
@@ -446,7 +500,8 @@ class MoDAResidual(Residual):
             if self.kv_proj is not None and self.use_depth:
                 b, t, _ = u.shape
                 kv = self.kv_proj(u).view(b, t, 2, self.num_key_value_heads, self.head_dim).transpose(1, 3)
-                keys, values = keys + (kv[:, :, 0],), values + (kv[:, :, 1],)  # each [B, H_kv, T, hd]
+                key, value = kv.unbind(2)  # each [B, H_kv, T, hd]
+                keys, values = keys + (key,), values + (value,)
         x = x + y
         if self.post_norm:
             x = norm(x)

@@ -15,8 +15,10 @@ from .modeling_depthbench import (
     DepthBenchForTokenClassification,
     DepthBenchModel,
     Norm,
+    OutputRMSNorm,
     Residual,
     Wiring,
+    inference_fast_path,
     make_norm,
     make_output_norm,
 )
@@ -74,6 +76,8 @@ class PeriLNResidual(Residual):
         self.out_norm = make_output_norm(config)  # saves only its input and per-token scale for backward
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
+        if isinstance(self.out_norm, OutputRMSNorm) and inference_fast_path():
+            return self.out_norm(branch(norm(stream)), residual=stream)  # the same sum, fused (decoding)
         return stream + self.out_norm(branch(norm(stream)))  # [B,T,d]
 
 

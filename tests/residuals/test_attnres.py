@@ -52,9 +52,9 @@ def record_mix_sizes(monkeypatch) -> list[int]:
     sizes: list[int] = []
     original = ar.depth_mix
 
-    def recording(query, key_gain, sources, inv_rms_values):
+    def recording(query, key_gain, sources, inv_rms_values, **kwargs):
         sizes.append(len(sources))
-        return original(query, key_gain, sources, inv_rms_values)
+        return original(query, key_gain, sources, inv_rms_values, **kwargs)
 
     monkeypatch.setattr(ar, "depth_mix", recording)
     return sizes
