@@ -2,8 +2,9 @@
 
 Ships to the Hugging Face Hub as remote code (imports only torch, transformers and sibling files). The multi-stream
 machinery shared with manifold-constrained HC (``modeling_mhc.py``) lives here: :class:`HyperConnectionWiring`
-(stream layout, readout, analysis states, the 1/sqrt(n) output init) and :func:`hyper_connection_update` (one
-sublayer's width mix + branch + depth connection as a single batched matmul).
+(stream layout, readout, analysis states, the 1/sqrt(n) output init), :func:`hyper_connection_update` (one
+sublayer's width mix + branch + depth connection as a single batched matmul) and :func:`stream_saver` (training
+memory: autograd keeps one sublayer input stream in k and the backward pass rebuilds the others).
 
 Einsum legend: b batch, t token, s/r streams (n of them), j mixed outputs (n + 1: branch input, then the n carried
 streams), d hidden size.
@@ -253,10 +254,11 @@ def stream_saver(stream: torch.Tensor, index: int, keep_every: int) -> contextli
     recomputation, Chen et al. 2016, arXiv 1604.06174, applied to the cheap residual update only).
 
     Returns saved-tensor hooks whose ``with ... as saver`` gives the :class:`StreamSaver` to pass to
-    :func:`hyper_connection_update`, or a
-    no-op context yielding ``None`` (plain saving) when ``keep_every`` is 1, autograd is off, under
-    ``torch.compile`` (compiled graphs plan their own recomputation) and inside other saved-tensor hooks
-    (activation checkpointing, which recomputes the whole block anyway).
+    :func:`hyper_connection_update`, or a no-op context yielding ``None`` (plain saving) when ``keep_every`` is 1
+    (no hooks at all), autograd is off, under ``torch.compile`` (compiled graphs plan their own recomputation) and
+    inside other saved-tensor hooks (non-reentrant activation checkpointing, which recomputes the whole block
+    anyway, and activation offloading). Reentrant checkpointing runs the block's forward without autograd; its
+    re-run in the backward pass may rebuild the block's second stream, with the same gradients.
     """
     if (keep_every == 1 or not torch.is_grad_enabled() or torch.compiler.is_compiling() or not stream.requires_grad
             or _other_saved_tensors_hooks()):
