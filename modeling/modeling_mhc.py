@@ -30,6 +30,7 @@ from .modeling_hc import (
     _is_number,
     full_precision,
     hyper_connection_update,
+    stream_saver,
 )
 
 
@@ -80,6 +81,9 @@ class MHCConfig(DepthBenchConfig):
         mhc_init_gap: The bias gap g of the init (8.0; 0 gives all-zero biases).
         mhc_norm_eps: Epsilon of the flattened-stream RMS normalisation (1e-6).
         mhc_scale_output_init: Divide the init std of every ``o_proj`` and ``down_proj`` by sqrt(n).
+        mhc_keep_stream_every: Training memory (no effect on the math or the parameters): autograd keeps the
+            n-stream input [B, T, n, d] of every k-th sublayer only and recomputes the others in the backward pass
+            (``stream_saver`` in ``modeling_hc.py``; gradients bitwise equal). 1 keeps every stream; default 4.
     """
 
     model_type = "depthbench_mhc"
@@ -95,6 +99,7 @@ class MHCConfig(DepthBenchConfig):
         mhc_init_gap: float = 8.0,
         mhc_norm_eps: float = 1e-6,
         mhc_scale_output_init: bool = True,
+        mhc_keep_stream_every: int = 4,
         **kwargs,
     ):
         self.mhc_num_streams = mhc_num_streams
@@ -106,12 +111,14 @@ class MHCConfig(DepthBenchConfig):
         self.mhc_init_gap = mhc_init_gap
         self.mhc_norm_eps = mhc_norm_eps
         self.mhc_scale_output_init = mhc_scale_output_init
+        self.mhc_keep_stream_every = mhc_keep_stream_every
         super().__init__(**kwargs)
 
     def validate(self) -> None:
         super().validate()
         self._check_positive_int("mhc_num_streams")
         self._check_positive_int("mhc_sinkhorn_iters")
+        self._check_positive_int("mhc_keep_stream_every")
         self._check(self.mhc_readout in READOUTS, "mhc_readout", self.mhc_readout, f"one of {list(READOUTS)}")
         for field in ("mhc_dynamic", "mhc_scale_output_init"):
             self._check(isinstance(getattr(self, field), bool), field, getattr(self, field), "True or False")
@@ -233,6 +240,7 @@ class MHCResidual(Residual):
         self.num_iters = config.mhc_sinkhorn_iters
         self.temperature = float(config.mhc_sinkhorn_temperature)
         self.eps = float(config.mhc_norm_eps)
+        self.keep_stream_every = config.mhc_keep_stream_every
         k = n * n + 2 * n
         if self.dynamic:
             self.phi = nn.Parameter(torch.zeros(k, n * d))  # Φᵀ (nn.Linear layout)
@@ -298,9 +306,10 @@ class MHCResidual(Residual):
         return h_pre, h_post, h_res
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
-        h_pre, h_post, h_res = self.mappings(stream)
-        width = torch.cat([h_pre.unsqueeze(-2), h_res], dim=-2)  # [..., n+1, n]: row 0 -> branch input
-        return hyper_connection_update(stream, width, h_post, norm, branch)
+        with stream_saver(stream, self.index, self.keep_stream_every) as saver:
+            h_pre, h_post, h_res = self.mappings(stream)
+            width = torch.cat([h_pre.unsqueeze(-2), h_res], dim=-2)  # [..., n+1, n]: row 0 -> branch input
+            return hyper_connection_update(stream, width, h_post, norm, branch, saver)
 
     def extra_repr(self) -> str:
         return (f"index={self.index}, num_streams={self.num_streams}, stream_index={self.stream_index}, "
