@@ -22,6 +22,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from depthbench.bench import BenchSettings, build_models
+from depthbench.modeling.modeling_depthbench import _CACHE_FIELD
 
 
 class CountOps(TorchDispatchMode):
@@ -46,7 +47,7 @@ def count_decode_step(model: torch.nn.Module, batch: int, prompt_len: int, seed:
     residuals = [m for layer in model.model.layers for m in (layer.attn_residual, layer.mlp_residual)]
     with torch.no_grad():
         out = model(input_ids=ids[:, :-1], use_cache=True)
-        cache = getattr(out, "cache", None) or out.past_key_values
+        cache = getattr(out, _CACHE_FIELD)
         mode = CountOps()
         inside = {"ops": 0, "names": Counter()}
         starts = {}
@@ -62,7 +63,7 @@ def count_decode_step(model: torch.nn.Module, batch: int, prompt_len: int, seed:
         hooks = [m.register_forward_pre_hook(pre) for m in residuals] + [m.register_forward_hook(post) for m in residuals]
         try:
             with mode:
-                model(input_ids=ids[:, -1:], past_key_values=cache, use_cache=True)
+                model(input_ids=ids[:, -1:], use_cache=True, **{_CACHE_FIELD: cache})
         finally:
             for h in hooks:
                 h.remove()
