@@ -19,10 +19,10 @@ import argparse
 from collections import Counter
 
 import torch
+from depthbench.modeling.modeling_depthbench import _CACHE_FIELD
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from depthbench.bench import BenchSettings, build_models
-from depthbench.modeling.modeling_depthbench import _CACHE_FIELD
 
 
 class CountOps(TorchDispatchMode):
@@ -60,7 +60,8 @@ def count_decode_step(model: torch.nn.Module, batch: int, prompt_len: int, seed:
             inside["ops"] += mode.total - total
             inside["names"].update(mode.names - names)
 
-        hooks = [m.register_forward_pre_hook(pre) for m in residuals] + [m.register_forward_hook(post) for m in residuals]
+        hooks = [m.register_forward_pre_hook(pre) for m in residuals]
+        hooks += [m.register_forward_hook(post) for m in residuals]
         try:
             with mode:
                 model(input_ids=ids[:, -1:], use_cache=True, **{_CACHE_FIELD: cache})
