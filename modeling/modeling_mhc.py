@@ -174,8 +174,9 @@ def _sinkhorn(z: torch.Tensor, num_iters: int) -> torch.Tensor:
 
 
 #: Early exit of the no-autograd Sinkhorn (:func:`_sinkhorn_inference`): the largest |column sum - 1| at which the
-#: iterations count as converged (4 fp32 ulps of 1, the rounding of a sum of a few probabilities).
-SINKHORN_TOLERANCE = 2.0 ** -21
+#: iterations count as converged, in ulps of 1 in the working dtype (fp32: 2^-21, the rounding of a sum of a few
+#: probabilities).
+SINKHORN_TOLERANCE_ULPS = 4
 
 
 def _column_error(z: torch.Tensor) -> tuple[torch.Tensor, float]:
@@ -189,7 +190,7 @@ def _column_error(z: torch.Tensor) -> tuple[torch.Tensor, float]:
 def _sinkhorn_inference(z: torch.Tensor, num_iters: int) -> torch.Tensor:
     """:func:`_sinkhorn` without autograd on fp32 logits [..., n, n] (column then row normalisation, log domain),
     stopping early once the matrices are doubly stochastic to fp32 rounding: when every column of the probabilities
-    sums to 1 within :data:`SINKHORN_TOLERANCE` after a round (rows are exact after each round), further rounds only
+    sums to 1 within :data:`SINKHORN_TOLERANCE_ULPS` ulps after a round (rows are exact after each round), further rounds only
     repeat normalisations that change nothing beyond rounding, so the result equals the full ``num_iters`` rounds
     within ~1e-6 (``tests/residuals/test_hc_inference_paths.py``). The check (a few kernels and a host sync) runs
     after rounds 1 and 2, and then once more only where the error's geometric decay between them predicts
@@ -197,12 +198,12 @@ def _sinkhorn_inference(z: torch.Tensor, num_iters: int) -> torch.Tensor:
     converges in one round (7 kernels instead of 41); near-permutation maps (large logit gaps) do not converge in 20
     rounds and pay the two checks. The check reads probabilities, not log-probabilities, whose rounding (an ulp of
     |log p|) would hide the convergence of small entries. Returns the probabilities [..., n, n]."""
-    check, errors = 1, []
+    check, errors, tolerance = 1, [], SINKHORN_TOLERANCE_ULPS * torch.finfo(z.dtype).eps
     for done in range(1, num_iters + 1):
         z = torch.log_softmax(torch.log_softmax(z, dim=-2), dim=-1)
         if done == check:
             p, error = _column_error(z)
-            if error <= SINKHORN_TOLERANCE:
+            if error <= tolerance:
                 return p
             errors.append(error)
             check = done + 1
@@ -210,7 +211,7 @@ def _sinkhorn_inference(z: torch.Tensor, num_iters: int) -> torch.Tensor:
                 rate = errors[1] / errors[0]
                 check = num_iters + 1
                 if rate < 1.0:
-                    check = done + max(1, math.ceil(math.log(SINKHORN_TOLERANCE / error) / math.log(rate)))
+                    check = done + max(1, math.ceil(math.log(tolerance / error) / math.log(rate)))
     return z.exp_()
 
 
@@ -381,13 +382,13 @@ class MHCResidual(Residual):
         phi, bias, eps = derived_weights(self, "inference", self._fast_weights, self.phi, self.bias, self.alpha_pre,
                                          self.alpha_post, self.alpha_res)
         with full_precision(stream):
-            x = upcast(stream.view(-1, n * d))  # [N, nd]
+            x = upcast(stream.reshape(-1, n * d))  # [N, nd]
             length = torch.linalg.vector_norm(x, dim=-1, keepdim=True)  # |x| = sqrt(nd)·rms(x)
             z = torch.addcmul(bias, torch.mm(x, phi), torch.addcmul(eps, length, length).rsqrt_())  # [N, n²+2n]
             gates, z_res = z.split_with_sizes([2 * n, n * n], dim=-1)
             gates = as_dtype(gates.sigmoid(), stream.dtype)  # [N, 2n]: σ(pre) | σ(post)
             h_res = as_dtype(_sinkhorn_inference(z_res.view(-1, n, n), self.num_iters), stream.dtype)
-        h = stream.view(-1, n, d)
+        h = stream.reshape(-1, n, d)
         u = torch.bmm(gates.view(-1, 2, n), h)[:, 0]  # row 0: Σ_s H_pre[s] H_s (row 1 unused)
         out = as_dtype(branch(norm(u.view(stream.shape[:-2] + (d,)))), stream.dtype)
         post = gates.view(-1, 2 * n, 1)[:, n:]  # σ(post) [N, n, 1]; H_post = 2σ (the 2 is exact in any float)

@@ -7,7 +7,8 @@ one-token forward under ``torch.no_grad()``: in total, and inside each sublayer'
 branch included; ``overhead`` is that count minus ``pre_ln``'s)::
 
     python scripts/hc_decode_op_count.py --arch hc,mhc --shape d256-L16 --batch 1
-    python scripts/hc_decode_op_count.py --arch mhc --perturb 0.5   # random mixing parameters (a "trained" model)
+    python scripts/hc_decode_op_count.py --arch mhc --perturb 0.1   # random mixing parameters (a "trained" model)
+    python scripts/hc_decode_op_count.py --differentiable           # the fast paths off: the counts before them
 
 ``--perturb s`` adds N(0, s²) noise to every residual-module parameter (gates, static maps, projections), so the
 maps are input dependent and far from their init (mHC's Sinkhorn then needs more iterations to converge).
@@ -79,8 +80,14 @@ def main(argv=None) -> None:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--prompt-len", type=int, default=16)
     p.add_argument("--perturb", type=float, default=0.0)
+    p.add_argument("--differentiable", action="store_true",
+                   help="switch the HC/mHC no-autograd fast paths off (the counts before them)")
     p.add_argument("--names", action="store_true", help="also list the sublayers' calls by aten op")
     args = p.parse_args(argv)
+    if args.differentiable:
+        from depthbench.modeling import modeling_hc, modeling_mhc
+
+        modeling_hc.inference_fast_path = modeling_mhc.inference_fast_path = lambda: False
     names = ["pre_ln"] + [a for a in args.arch.split(",") if a and a != "pre_ln"]
     settings = BenchSettings(shape=args.shape, prompt_len=args.prompt_len, decode_tokens=1)
     models = build_models(names, settings)
