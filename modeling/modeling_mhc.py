@@ -188,16 +188,17 @@ def _column_error(z: torch.Tensor) -> tuple[torch.Tensor, float]:
 
 
 def _sinkhorn_inference(z: torch.Tensor, num_iters: int) -> torch.Tensor:
-    """:func:`_sinkhorn` without autograd on fp32 logits [..., n, n] (column then row normalisation, log domain),
-    stopping early once the matrices are doubly stochastic to fp32 rounding: when every column of the probabilities
-    sums to 1 within :data:`SINKHORN_TOLERANCE_ULPS` ulps after a round (rows are exact after each round), further rounds only
-    repeat normalisations that change nothing beyond rounding, so the result equals the full ``num_iters`` rounds
-    within ~1e-6 (``tests/residuals/test_hc_inference_paths.py``). The check (a few kernels and a host sync) runs
-    after rounds 1 and 2, and then once more only where the error's geometric decay between them predicts
-    convergence before ``num_iters``; the exit always rests on a measured error. At the mHC init every matrix
-    converges in one round (7 kernels instead of 41); near-permutation maps (large logit gaps) do not converge in 20
-    rounds and pay the two checks. The check reads probabilities, not log-probabilities, whose rounding (an ulp of
-    |log p|) would hide the convergence of small entries. Returns the probabilities [..., n, n]."""
+    """:func:`_sinkhorn` without autograd on logits [..., n, n] (fp32 or wider; column then row normalisation, log
+    domain), stopping early once the matrices are doubly stochastic to rounding: when every column of the
+    probabilities sums to 1 within :data:`SINKHORN_TOLERANCE_ULPS` ulps after a round (rows are exact after each
+    round), further rounds only repeat normalisations that change nothing beyond rounding, so the result equals the
+    full ``num_iters`` rounds within ~1e-6 in fp32 (``tests/residuals/test_hc_inference_paths.py``). The check (a
+    few kernels and host syncs) runs after rounds 1 and 2, and then once more only where the error's geometric
+    decay between them predicts convergence before ``num_iters``; the exit always rests on a measured error. At the
+    mHC init every matrix converges in one round (7 kernels instead of 41); near-permutation maps (large logit
+    gaps) do not converge in 20 rounds and pay the two checks. The check reads probabilities, not
+    log-probabilities, whose rounding (an ulp of |log p|) would hide the convergence of small entries. Returns the
+    probabilities [..., n, n]."""
     check, errors, tolerance = 1, [], SINKHORN_TOLERANCE_ULPS * torch.finfo(z.dtype).eps
     for done in range(1, num_iters + 1):
         z = torch.log_softmax(torch.log_softmax(z, dim=-2), dim=-1)
