@@ -32,6 +32,8 @@ from .modeling_depthbench import (
     Residual,
     Wiring,
     as_dtype,
+    derived_weights,
+    inference_fast_path,
     upcast,
 )
 
@@ -436,9 +438,44 @@ class HCResidual(Residual):
                                                                                   beta_dyn.squeeze(-1))
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
+        if inference_fast_path():
+            return self._inference_forward(stream, norm, branch)
         with stream_saver(stream, self.index, self.keep_stream_every) as saver:
             alpha, beta = self.connections(stream)
             return hyper_connection_update(stream, alpha.transpose(-1, -2), beta, norm, branch, saver)
+
+    # ------------------------------------------------------------------------------------ no-autograd fast path
+    def _fast_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """fp32 weights of :meth:`_inference_forward`: the projection ``[W_α | w_β]·sqrt(d)`` [d, n+2] (the sqrt(d)
+        of ``1/rms`` folded in), the static maps ``[A_static | β_static]`` [n, n+2], the gates ``[c_α]*(n+1) + [c_β]``
+        [n+2] and ``sqrt(d·eps)`` (0-dim)."""
+        d = self.dynamic_beta_fn.shape[0]
+        proj = torch.cat([upcast(self.dynamic_alpha_fn), upcast(self.dynamic_beta_fn).unsqueeze(0)])
+        static = torch.cat([upcast(self.static_alpha), upcast(self.static_beta).unsqueeze(-1)], dim=-1)
+        gates = torch.cat([upcast(self.dynamic_alpha_scale).expand(self.num_streams + 1),
+                           upcast(self.dynamic_beta_scale).reshape(1)])
+        return (proj.t() * math.sqrt(d)).contiguous(), static, gates, proj.new_tensor(math.sqrt(d * self.eps))
+
+    def _inference_forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
+        """:meth:`forward` without autograd in few aten calls (a decode step is dispatch-bound): the gates of all n+1
+        rows and β from one GEMM, ``[A | β] = static + c · tanh((H W) / rms(H))`` in one fused multiply-add, then
+        ``[u; R; ·] = [A | β]ᵀ H`` in one batched matmul (its last row is unused) and ``H' = R + β · F(N(u))`` in one
+        addcmul. Equal to the differentiable path up to float rounding (``tests/residuals/test_hc_inference_paths.py``).
+        """
+        n = self.num_streams
+        proj, static, gates, eps = derived_weights(
+            self, "inference", self._fast_weights, self.dynamic_alpha_fn, self.dynamic_beta_fn, self.static_alpha,
+            self.static_beta, self.dynamic_alpha_scale, self.dynamic_beta_scale)
+        with full_precision(stream):
+            h = upcast(stream)  # [B,T,n,d]
+            # Ĥ W = (H W)·sqrt(d) / sqrt(|H_s|² + d·eps), the sqrt(d) folded into W: [B,T,n,n+2]
+            dyn = torch.matmul(h, proj).div_(torch.hypot(torch.linalg.vector_norm(h, dim=-1, keepdim=True), eps))
+            if self.use_tanh:
+                dyn.tanh_()
+            coef = as_dtype(torch.addcmul(static, gates, dyn), stream.dtype)  # [B,T,n,n+2] = [A | β]
+        u, carried, _ = torch.matmul(coef.transpose(-1, -2), stream).split_with_sizes([1, n, 1], dim=-2)
+        out = branch(norm(u.squeeze(-2)))  # [B,T,d]
+        return torch.addcmul(carried, coef[..., n + 1:], as_dtype(out, stream.dtype).unsqueeze(-2))
 
     def extra_repr(self) -> str:
         return f"index={self.index}, num_streams={self.num_streams}, stream_index={self.stream_index}"

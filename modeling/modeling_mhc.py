@@ -7,6 +7,8 @@ mHC coefficient generator (flattened-stream RMSNorm, one GEMM to n² + 2n logits
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -22,6 +24,9 @@ from .modeling_depthbench import (
     DepthBenchModel,
     Norm,
     Residual,
+    as_dtype,
+    derived_weights,
+    inference_fast_path,
     upcast,
 )
 from .modeling_hc import (
@@ -175,6 +180,52 @@ def _sinkhorn(z: torch.Tensor, num_iters: int) -> torch.Tensor:
     return p.permute(2, 0, 1)
 
 
+#: Early exit of the no-autograd Sinkhorn (:func:`_sinkhorn_inference`): the largest |column sum - 1| at which the
+#: iterations count as converged, in ulps of 1 in the working dtype (fp32: 2^-21, the rounding of a sum of a few
+#: probabilities).
+SINKHORN_TOLERANCE_ULPS = 4
+
+
+def _column_error(z: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """The probabilities ``exp(z)`` of row-normalised log-probabilities ``z`` and their largest |column sum - 1|
+    (host syncs)."""
+    p = z.exp()
+    low, high = torch.aminmax(p.sum(dim=-2))  # one reduction for both ends (fewer kernels than |sum - 1|.max())
+    return p, max(1.0 - float(low), float(high) - 1.0)
+
+
+def _sinkhorn_inference(z: torch.Tensor, num_iters: int) -> torch.Tensor:
+    """:func:`_sinkhorn` without autograd on logits [..., n, n] (fp32 or wider; column then row normalisation, log
+    domain), stopping early once the matrices are doubly stochastic to rounding: when every column of the
+    probabilities sums to 1 within :data:`SINKHORN_TOLERANCE_ULPS` ulps after a round (rows are exact after each
+    round), further rounds only repeat normalisations that change nothing beyond rounding, so the result equals the
+    full ``num_iters`` rounds within ~1e-6 in fp32 (``tests/residuals/test_hc_inference_paths.py``). The check (a
+    few kernels and host syncs) runs after rounds 1 and 2, and then once more only where the error's geometric
+    decay between them predicts convergence before ``num_iters``; the exit always rests on a measured error. At the
+    mHC init every matrix converges in one round (7 kernels instead of 41); near-permutation maps (large logit
+    gaps) do not converge in 20 rounds and pay the two checks. The check reads probabilities, not
+    log-probabilities, whose rounding (an ulp of |log p|) would hide the convergence of small entries. Returns the
+    probabilities [..., n, n]. On an accelerator the check would cost a host synchronisation per sublayer (stalling
+    the kernel queue that decoding relies on), so there every round runs, as in :func:`_sinkhorn`."""
+    check, errors, tolerance = 1, [], SINKHORN_TOLERANCE_ULPS * torch.finfo(z.dtype).eps
+    if z.device.type != "cpu":
+        check = num_iters + 1  # never
+    for done in range(1, num_iters + 1):
+        z = torch.log_softmax(torch.log_softmax(z, dim=-2), dim=-1)
+        if done == check:
+            p, error = _column_error(z)
+            if error <= tolerance:
+                return p
+            errors.append(error)
+            check = done + 1
+            if len(errors) == 2:  # predict the round where error * rate^k reaches the tolerance
+                rate = errors[1] / errors[0]
+                check = num_iters + 1
+                if rate < 1.0:
+                    check = done + max(1, math.ceil(math.log(tolerance / error) / math.log(rate)))
+    return z.exp_()
+
+
 def _sinkhorn_steps(z: torch.Tensor, num_iters: int) -> list[torch.Tensor]:
     """The log-domain iterates of Sinkhorn-Knopp on logits ``z`` [n, n, N]: ``2 * num_iters`` tensors, each the
     log-softmax of the previous one over the columns (``dim=0``, even entries) or the rows (``dim=1``, odd ones).
@@ -306,10 +357,55 @@ class MHCResidual(Residual):
         return h_pre, h_post, h_res
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
+        if inference_fast_path():
+            return self._inference_forward(stream, norm, branch)
         with stream_saver(stream, self.index, self.keep_stream_every) as saver:
             h_pre, h_post, h_res = self.mappings(stream)
             width = torch.cat([h_pre.unsqueeze(-2), h_res], dim=-2)  # [..., n+1, n]: row 0 -> branch input
             return hyper_connection_update(stream, width, h_post, norm, branch, saver)
+
+    # ------------------------------------------------------------------------------------ no-autograd fast path
+    def _fast_weights(self) -> tuple:
+        """fp32 weights of :meth:`_inference_forward`. Dynamic: ``Φ`` with the gains, 1/τ (res part) and the
+        sqrt(nd) of ``1/rms`` folded in, [nd, n²+2n]; the bias with 1/τ folded in; ``nd·eps`` (0-dim). Static: the
+        (input-independent) width map [n+1, n] and depth map [n] themselves."""
+        n = self.num_streams
+        scale = torch.ones(n * n + 2 * n, device=self.bias.device)
+        scale[2 * n:] = 1.0 / self.temperature
+        bias = upcast(self.bias) * scale
+        if not self.dynamic:
+            h_res = _sinkhorn_inference(bias[2 * n:].view(1, n, n), self.num_iters)[0]
+            return torch.cat([bias[:n].sigmoid().unsqueeze(0), h_res]), bias[n:2 * n].sigmoid().mul(2.0)
+        nd = self.phi.shape[1]
+        gains = torch.cat([upcast(a).expand(k) for a, k in
+                           ((self.alpha_pre, n), (self.alpha_post, n), (self.alpha_res, n * n))]) * scale
+        phi = (upcast(self.phi) * (gains * nd ** 0.5).unsqueeze(-1)).t().contiguous()
+        return phi, bias, bias.new_tensor(nd * self.eps)
+
+    def _inference_forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
+        """:meth:`forward` without autograd in few aten calls (a decode step is dispatch-bound): all logits from one
+        GEMM and one fused multiply-add, one sigmoid for H_pre and H_post, Sinkhorn with an early exit
+        (:func:`_sinkhorn_inference`), one bmm each for the branch input and the carried streams and one addcmul for
+        the depth connection. The static variant's maps are input-independent and cached. Equal to the
+        differentiable path up to float rounding (``tests/residuals/test_hc_inference_paths.py``)."""
+        if not self.dynamic:
+            width, depth = derived_weights(self, "inference", self._fast_weights, self.bias)
+            return hyper_connection_update(stream, width, depth, norm, branch)
+        n, d = self.num_streams, stream.shape[-1]
+        phi, bias, eps = derived_weights(self, "inference", self._fast_weights, self.phi, self.bias, self.alpha_pre,
+                                         self.alpha_post, self.alpha_res)
+        with full_precision(stream):
+            x = upcast(stream.reshape(-1, n * d))  # [N, nd]
+            length = torch.linalg.vector_norm(x, dim=-1, keepdim=True)  # |x| = sqrt(nd)·rms(x)
+            z = torch.addcmul(bias, torch.mm(x, phi), torch.addcmul(eps, length, length).rsqrt_())  # [N, n²+2n]
+            gates, z_res = z.split_with_sizes([2 * n, n * n], dim=-1)
+            gates = as_dtype(gates.sigmoid(), stream.dtype)  # [N, 2n]: σ(pre) | σ(post)
+            h_res = as_dtype(_sinkhorn_inference(z_res.view(-1, n, n), self.num_iters), stream.dtype)
+        h = stream.reshape(-1, n, d)
+        u = torch.bmm(gates.view(-1, 2, n), h)[:, 0]  # row 0: Σ_s H_pre[s] H_s (row 1 unused)
+        out = as_dtype(branch(norm(u.view(stream.shape[:-2] + (d,)))), stream.dtype)
+        post = gates.view(-1, 2 * n, 1)[:, n:]  # σ(post) [N, n, 1]; H_post = 2σ (the 2 is exact in any float)
+        return torch.addcmul(torch.bmm(h_res, h), post, out.view(-1, 1, d), value=2.0).view(stream.shape)
 
     def extra_repr(self) -> str:
         return (f"index={self.index}, num_streams={self.num_streams}, stream_index={self.stream_index}, "
