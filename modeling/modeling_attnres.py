@@ -299,13 +299,13 @@ class _MixerMixin:
 
     def source_inv_rms(self, source: torch.Tensor) -> torch.Tensor:
         """:func:`inv_rms` of a new source (computed once per source, then carried in the stream)."""
-        if self.query is not None and inference_fast_path():
+        if self.query is not None and inference_fast_path(self):
             return _fast_inv_rms(source, self._mix_constants(source.dtype)[1])
         return inv_rms(source, self.eps)
 
     def mix(self, sources: list[torch.Tensor], inv: list[torch.Tensor]) -> torch.Tensor:
         """:func:`depth_mix` with this module's query and key gain."""
-        if len(sources) > 1 and inference_fast_path():
+        if len(sources) > 1 and inference_fast_path(self):
             return depth_mix(self.query, self.key_gain, sources, inv, u=self._mix_constants(sources[0].dtype)[0])
         return depth_mix(self.query, self.key_gain, sources, inv)
 

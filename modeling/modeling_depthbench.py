@@ -89,12 +89,14 @@ def as_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return tensor if tensor.dtype == dtype else tensor.to(dtype)
 
 
-def inference_fast_path() -> bool:
-    """True where a module may take a no-autograd fast path instead of its differentiable one: autograd is off
-    (``torch.no_grad()`` / ``torch.inference_mode()``: ``generate()``, evaluation) and nothing is being traced by
-    ``torch.compile`` (compiled graphs keep the plain, fusable math). Fast paths must compute the same function,
-    equal to the differentiable path within float rounding."""
-    return not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+def inference_fast_path(module: nn.Module) -> bool:
+    """True where ``module`` may take a no-autograd fast path instead of its differentiable one: it is in eval mode,
+    autograd is off (``torch.no_grad()`` / ``torch.inference_mode()``: ``generate()`` and evaluation of a loaded
+    model) and nothing is being traced by ``torch.compile`` (compiled graphs keep the plain, fusable math). Fast
+    paths compute the same function, equal to the differentiable path within float rounding, not bitwise: a
+    training-mode module never takes them, so the forward that reentrant activation checkpointing runs without
+    autograd is bitwise the one it recomputes in the backward pass."""
+    return not torch.is_grad_enabled() and not module.training and not torch.compiler.is_compiling()
 
 
 def derived_weights(module: nn.Module, key: str, build: Callable[[], object], *params: torch.Tensor):
@@ -195,7 +197,7 @@ class OutputRMSNorm(RMSNorm):
         math in the same precision (``eps`` is cached as a 0-dim fp32 tensor by :func:`derived_weights`). A
         keyword of ``forward``, not a method of its own, so module hooks (accelerate's offload) still apply."""
         if residual is not None:
-            if inference_fast_path():
+            if inference_fast_path(self):
                 return self._add_normed(residual, hidden_states)
             return residual + self.forward(hidden_states)
         if torch.is_grad_enabled():

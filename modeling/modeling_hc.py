@@ -438,7 +438,7 @@ class HCResidual(Residual):
                                                                                   beta_dyn.squeeze(-1))
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
-        if inference_fast_path():
+        if inference_fast_path(self):
             return self._inference_forward(stream, norm, branch)
         with stream_saver(stream, self.index, self.keep_stream_every) as saver:
             alpha, beta = self.connections(stream)

@@ -357,7 +357,7 @@ class MHCResidual(Residual):
         return h_pre, h_post, h_res
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
-        if inference_fast_path():
+        if inference_fast_path(self):
             return self._inference_forward(stream, norm, branch)
         with stream_saver(stream, self.index, self.keep_stream_every) as saver:
             h_pre, h_post, h_res = self.mappings(stream)

@@ -438,7 +438,7 @@ class MoDAAttention(Attention):
                 f"MoDA attention runs its own math with attn_implementation 'eager' or 'sdpa', not "
                 f"{implementation!r}: other kernels cannot mix in the per-token depth keys."
             )
-        if t == 1 and inference_fast_path() and not (self.training and self.attention_dropout):
+        if t == 1 and inference_fast_path(self):
             out, weights = moda_single_query_attention(
                 q, k, v, depth_keys, depth_values, attention_mask, scaling=self.scaling,
                 depth_scale=self.depth_key_scale, need_weights=implementation == "eager",

@@ -76,7 +76,7 @@ class PeriLNResidual(Residual):
         self.out_norm = make_output_norm(config)  # saves only its input and per-token scale for backward
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
-        if isinstance(self.out_norm, OutputRMSNorm) and inference_fast_path():
+        if isinstance(self.out_norm, OutputRMSNorm) and inference_fast_path(self):
             return self.out_norm(branch(norm(stream)), residual=stream)  # the same sum, fused (decoding)
         return stream + self.out_norm(branch(norm(stream)))  # [B,T,d]
 

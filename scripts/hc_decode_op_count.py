@@ -87,7 +87,7 @@ def main(argv=None) -> None:
     if args.differentiable:
         from depthbench.modeling import modeling_hc, modeling_mhc
 
-        modeling_hc.inference_fast_path = modeling_mhc.inference_fast_path = lambda: False
+        modeling_hc.inference_fast_path = modeling_mhc.inference_fast_path = lambda module: False
     names = ["pre_ln"] + [a for a in args.arch.split(",") if a and a != "pre_ln"]
     settings = BenchSettings(shape=args.shape, prompt_len=args.prompt_len, decode_tokens=1)
     models = build_models(names, settings)

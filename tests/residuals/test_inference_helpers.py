@@ -4,12 +4,16 @@ import torch
 from depthbench.modeling.modeling_depthbench import derived_weights, inference_fast_path
 
 
-def test_fast_path_only_without_autograd():
-    assert not inference_fast_path()
+def test_fast_path_only_in_eval_mode_without_autograd():
+    module = torch.nn.Linear(2, 2).eval()
+    assert not inference_fast_path(module)  # autograd on
     with torch.no_grad():
-        assert inference_fast_path()
+        assert inference_fast_path(module)
+        # a training-mode module (e.g. the no-grad forward of reentrant activation checkpointing) keeps the
+        # differentiable path, so that forward is bitwise the one recomputed in the backward pass
+        assert not inference_fast_path(module.train())
     with torch.inference_mode():
-        assert inference_fast_path()
+        assert inference_fast_path(module.eval())
 
 
 def test_derived_weights_rebuild_after_every_parameter_change():

@@ -155,7 +155,7 @@ def test_generate_returns_the_same_tokens_with_and_without_the_fast_paths(arch, 
     kwargs = dict(attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0, eos_token_id=None)
     fast = model.generate(ids, **kwargs)
     for module in (modeling_attnres, modeling_moda, modeling_peri_ln):
-        monkeypatch.setattr(module, "inference_fast_path", lambda: False)
+        monkeypatch.setattr(module, "inference_fast_path", lambda module: False)
     slow = model.generate(ids, **kwargs)
     assert fast.shape == (2, 6 + 8)
     torch.testing.assert_close(fast, slow, rtol=0, atol=0)
