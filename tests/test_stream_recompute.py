@@ -71,7 +71,7 @@ def rebuilds(monkeypatch):
 def test_config_field_default_validation_serialisation_and_parameter_count(arch):
     field = FIELD[arch]
     config = build_config(arch, **TINY)
-    assert getattr(config, field) == 4
+    assert getattr(config, field) == 8
     assert getattr(type(config).from_dict(build_config(arch, **TINY, **{field: 3}).to_dict()), field) == 3
     for bad in (0, -1, 1.5, True, "2"):
         with pytest.raises(ValueError, match=field):
