@@ -18,7 +18,6 @@ from .modeling_depthbench import (
     OutputRMSNorm,
     Residual,
     Wiring,
-    inference_fast_path,
     make_norm,
     make_output_norm,
 )
@@ -76,8 +75,8 @@ class PeriLNResidual(Residual):
         self.out_norm = make_output_norm(config)  # saves only its input and per-token scale for backward
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
-        if isinstance(self.out_norm, OutputRMSNorm) and inference_fast_path(self):
-            return self.out_norm(branch(norm(stream)), residual=stream)  # the same sum, fused (decoding)
+        if isinstance(self.out_norm, OutputRMSNorm):  # the same sum; fused by the norm where it may (decoding)
+            return self.out_norm(branch(norm(stream)), residual=stream)
         return stream + self.out_norm(branch(norm(stream)))  # [B,T,d]
 
 

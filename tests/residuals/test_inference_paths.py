@@ -189,7 +189,7 @@ def test_single_query_attention_equals_moda_attention_with_masks_and_gqa():
 
 
 def test_output_norm_with_residual_equals_the_norm_then_the_add():
-    norm = modeling_depthbench.OutputRMSNorm(32, eps=1e-5)
+    norm = modeling_depthbench.OutputRMSNorm(32, eps=1e-5).eval()  # fast paths are for eval-mode modules
     generator = torch.Generator().manual_seed(5)
     with torch.no_grad():
         norm.weight.copy_(1 + 0.5 * torch.randn(32, generator=generator))
@@ -198,8 +198,14 @@ def test_output_norm_with_residual_equals_the_norm_then_the_add():
     differentiable = norm(x, residual=stream)
     differentiable.sum().backward()
     assert x.grad is not None and norm.weight.grad is not None  # the training path keeps its gradients
+    assert "eps" not in norm.__dict__.get("_derived_weights", {})  # autograd on: the differentiable path
     with torch.no_grad():
         torch.testing.assert_close(norm(x, residual=stream), stream + norm(x), rtol=1e-6, atol=1e-6)
+        assert "eps" in norm.__dict__["_derived_weights"]  # the fused add ran
         torch.testing.assert_close(norm(x, residual=stream), differentiable, rtol=1e-6, atol=1e-6)
         xb = x.bfloat16()  # a bf16 branch output (autocast): normalised in fp32, cast back, then scaled
         torch.testing.assert_close(norm(xb, residual=stream), stream + norm(xb), rtol=1e-6, atol=1e-5)
+        norm.train()  # a training-mode module (reentrant checkpointing's no-grad forward) keeps the plain sum
+        norm.__dict__["_derived_weights"].clear()
+        assert torch.equal(norm(x, residual=stream), stream + norm(x))
+        assert "eps" not in norm.__dict__["_derived_weights"]
