@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from depthbench.modeling import modeling_attnres, modeling_depthbench, modeling_moda, modeling_peri_ln
+from depthbench.modeling import modeling_attnres, modeling_depthbench, modeling_moda
 from transformers import DynamicCache
 
 from depthbench.registry import build_model
@@ -154,7 +154,7 @@ def test_generate_returns_the_same_tokens_with_and_without_the_fast_paths(arch, 
     ids, mask = inputs(2, 6)
     kwargs = dict(attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0, eos_token_id=None)
     fast = model.generate(ids, **kwargs)
-    for module in (modeling_attnres, modeling_moda, modeling_peri_ln):
+    for module in (modeling_attnres, modeling_moda, modeling_depthbench):  # Peri-LN: its OutputRMSNorm
         monkeypatch.setattr(module, "inference_fast_path", lambda module: False)
     slow = model.generate(ids, **kwargs)
     assert fast.shape == (2, 6 + 8)
