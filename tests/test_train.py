@@ -65,6 +65,7 @@ def test_load_run_config_from_yaml_json_and_overrides(tmp_path):
     (["train.mixed_precision=fp8"], "train.mixed_precision"),
     (["optim.betas=[0.9]"], "optim.betas"),
     (["train.max_steps=0"], "train.max_steps"),
+    (["model.compile_scope=graph"], "model.compile_scope='graph' is not allowed: .* one of layers, model"),
 ])
 def test_bad_run_config_names_the_key(overrides, match):
     with pytest.raises(RunConfigError, match=match):

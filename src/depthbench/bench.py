@@ -77,6 +77,7 @@ class BenchSettings:
     dtype: str = "float32"
     device: str = "cpu"
     compile: bool = False
+    compile_scope: str = "layers"  # depthbench.compiled.SCOPES
     decode_tokens: int = 32
     decode_batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
     prompt_len: int = 16
@@ -252,7 +253,7 @@ class _Trainer:
         if compiled:
             from depthbench.compiled import compile_model
 
-            compile_model(model)
+            compile_model(model, scope=settings.compile_scope)
         self.forward = model
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.95), weight_decay=0.1)
         self.losses: list[float] = []
@@ -779,7 +780,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         raise ValueError("--profile takes one --shape and no --compile (it profiles eager training steps).")
     settings = BenchSettings(
         shape=args.shape, batch_size=args.batch_size, seq_len=args.seq_len, steps=args.steps, warmup=args.warmup,
-        dtype=args.dtype, device=args.device, compile=args.compile, decode_tokens=args.decode_tokens,
+        dtype=args.dtype, device=args.device, compile=args.compile, compile_scope=args.compile_scope,
+        decode_tokens=args.decode_tokens,
         decode_batch_sizes=args.decode_batch_sizes, prompt_len=args.prompt_len, decode_repeats=args.decode_repeats,
         threads=args.threads, attn_implementation=args.attn_implementation, memory=not args.no_memory,
         seed=args.seed, vocab_size=args.vocab_size, clock=args.clock,
@@ -790,7 +792,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
           f"{settings.steps} timed steps after {settings.warmup} warmup, dtype {settings.dtype}, "
           f"device {settings.device}, torch threads {torch.get_num_threads()} (torch.set_num_threads), "
           f"interop threads {torch.get_num_interop_threads()}, attention {settings.attn_implementation}, "
-          f"compile {settings.compile}, clock {settings.clock}, torch {torch.__version__}", flush=True)
+          f"compile {settings.compile and settings.compile_scope}, clock {settings.clock}, "
+          f"torch {torch.__version__}", flush=True)
     if args.profile:
         from depthbench.bench_profile import format_profile
 
@@ -868,6 +871,10 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--compile", action="store_true",
                    help="also run every model compiled (depthbench.compiled.compile_model, the trainer's "
                    "model.compile=true path) and report its ratio to compiled pre_ln and its speed-up over eager")
+    p.add_argument("--compile-scope", choices=["layers", "model"], default="layers",
+                   help="with --compile: compile each decoder block on its own (default; one graph per distinct "
+                   "block, fast to compile at any depth) or the whole forward as one graph (the trainer's "
+                   "model.compile_scope)")
     p.add_argument("--decode-tokens", type=int, default=32, help="new tokens per generate() call (default 32)")
     p.add_argument("--decode-batch-sizes", type=_int_list, default=[1, 8], help="decode batch sizes (default 1,8)")
     p.add_argument("--prompt-len", type=int, default=16, help="decode prompt length (default 16)")

@@ -59,7 +59,8 @@ class ModelConfig:
     vocab_size: int | None = None  # None: the shape's / config file's, else the tokenizer's (must fit the tokenizer)
     attn_implementation: str = "sdpa"  # "sdpa" | "eager" | any registered attention backend
     gradient_checkpointing: bool = False
-    compile: bool = False  # torch.compile the model
+    compile: bool = False  # torch.compile the model (depthbench.compiled.compile_model)
+    compile_scope: str = "layers"  # "layers": each decoder block on its own (fast to compile) | "model": one graph
 
 
 @dataclass
@@ -343,6 +344,10 @@ def validate_run_config(cfg: RunConfig) -> None:
     check(positive_int(c.keep_last), "checkpoint.keep_last", c.keep_last, "a positive integer")
     check(cfg.resume in (True, False, "auto"), "resume", cfg.resume, 'true, false or "auto"')
     check(not (cfg.resume is True and cfg.overwrite), "overwrite", cfg.overwrite, "false when resume is true")
+    from depthbench.compiled import SCOPES
+
+    check(cfg.model.compile_scope in SCOPES, "model.compile_scope", cfg.model.compile_scope,
+          f"one of {', '.join(SCOPES)}")
     check(isinstance(cfg.model.fields, dict), "model.fields", cfg.model.fields, "a mapping of config fields")
     if isinstance(d.verify, bool):
         d.verify = "always" if d.verify else "off"

@@ -239,7 +239,7 @@ class _Run:
         if cfg.model.compile:  # in place: same module and parameter names (depthbench.compiled)
             from depthbench.compiled import compile_model
 
-            compile_model(model)
+            compile_model(model, scope=cfg.model.compile_scope)
         self.model, self.optimizer = acc.prepare(model, optimizer)
         acc.register_for_checkpointing(self.scheduler)  # stepped by us once per optimizer step (not per process)
         self.stats = None
