@@ -23,9 +23,13 @@ residual variant to a plain Llama, silently dropping their semantics. This modul
   with a :class:`ConversionError` naming it (QK-norm, biases, MoE, ``mhc_static``, AttnRes ablations, a final
   norm of another type, ...). Conversions that are exact only up to a documented numerical difference (Liger-mHC's
   Sinkhorn order, AttnRes's two norm epsilons) need ``allow_approximate=True`` and are recorded in the card.
-* **Key mapping** (:data:`KEY_MAP` below, documented in the README's "Publishing" section): OLMo-core names ->
-  depthbench names (HF Llama's for the backbone). Every source tensor must be consumed and every target tensor
-  filled, or the conversion fails naming the keys.
+* **Key mapping** (:data:`KEY_MAP` below for the backbone, each architecture's translator in
+  :mod:`depthbench.hub.translators` for the rest; documented in the README's "Publishing" section): OLMo-core
+  names -> depthbench names (HF Llama's for the backbone). Every source tensor must be consumed and every target
+  tensor filled, or the conversion fails naming the keys.
+
+What one architecture reads, maps, refuses or approximates lives in its translator; the functions here are shared
+by all of them.
 
 Output: ``save_pretrained`` (safetensors + remote code), the tokenizer, a model card naming the source repository
 and step, and ``depthbench_conversion.json`` (source, step, settings, approximations; read by
@@ -36,15 +40,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 from typing import Any
 
-# OLMo-core block names (``model.block.name``) -> depthbench registry id (before the AttnRes / HC refinements).
-BLOCK_NAMES = {"default": "pre_ln", "peri_norm": "peri_ln", "default_scaled": "lns", "deepnorm": "deepnorm",
-               "keel": "keel", "attnres": "attnres", "hc": "hc", "mhc": "mhc", "moda": "moda",
-               "post_norm_moda": "moda", "post_norm": "post_ln", "depth_mup": "depth_mup", "completep": "completep"}
+from depthbench.hub.translators import (
+    ALIAS_RE,
+    BLOCK_NAME_REFINEMENTS,
+    BLOCK_NAMES,
+    CONSTANT_RE,
+    REFINEMENTS,
+    ConversionError,
+    lookup,
+    translator_for,
+)
 
 # The backbone mapping (every architecture). ``{i}`` is the block index.
 KEY_MAP: list[tuple[str, str]] = [
@@ -61,41 +70,8 @@ KEY_MAP: list[tuple[str, str]] = [
     ("lm_head.norm.weight", "model.norm.weight"),
     ("lm_head.w_out.weight", "lm_head.weight"),
 ]
-
-# Architecture-specific tensors. A transform marked "T" is transposed; the mHC rules are in _mhc_tensors.
-EXTRA_KEY_MAP: dict[str, list[tuple[str, str, str]]] = {
-    "peri_ln": [("blocks.{i}.post_attention_norm.weight", "model.layers.{i}.attn_residual.out_norm.weight", ""),
-                ("blocks.{i}.post_feed_forward_norm.weight", "model.layers.{i}.mlp_residual.out_norm.weight", "")],
-    "keel": [("blocks.{i}.post_attention_norm.weight", "model.layers.{i}.attn_residual.out_norm.weight", ""),
-             ("blocks.{i}.post_feed_forward_norm.weight", "model.layers.{i}.mlp_residual.out_norm.weight", "")],
-    "hc": [(f"blocks.{{i}}.{side}_hyper_connection.{src}", f"model.layers.{{i}}.{dst_side}_residual.{dst}", t)
-           for side, dst_side in (("attention", "attn"), ("feed_forward", "mlp"))
-           for src, dst, t in (("static_alpha", "static_alpha", ""), ("static_beta", "static_beta", ""),
-                               ("dynamic_alpha_proj", "dynamic_alpha_fn", "T"),
-                               ("dynamic_beta_proj", "dynamic_beta_fn", ""),
-                               ("dynamic_alpha_scale", "dynamic_alpha_scale", ""),
-                               ("dynamic_beta_scale", "dynamic_beta_scale", ""))],
-    "attnres": [("blocks.{i}.attn_res_proj.weight", "model.layers.{i}.attn_residual.query", "flat"),
-                ("blocks.{i}.attn_res_norm.weight", "model.layers.{i}.attn_residual.key_gain", ""),
-                ("blocks.{i}.mlp_res_proj.weight", "model.layers.{i}.mlp_residual.query", "flat"),
-                ("blocks.{i}.mlp_res_norm.weight", "model.layers.{i}.mlp_residual.key_gain", ""),
-                ("res_proj.weight", "model.wiring.query", "flat"),
-                ("res_norm.weight", "model.wiring.key_gain", "")],
-    "moda": [("blocks.{i}.feed_forward.kv_proj.weight", "model.layers.{i}.mlp_residual.kv_proj.weight", "")],
-}
-EXTRA_KEY_MAP["block_attnres"] = EXTRA_KEY_MAP["attnres"]
-# MoDA wraps the attention and the feed-forward:
-# blocks.{i}.attention.attention.w_q, blocks.{i}.feed_forward.feed_forward.w1
-MODA_WRAPPED = (("blocks.{i}.attention.attention.", "blocks.{i}.attention."),
-                ("blocks.{i}.feed_forward.feed_forward.", "blocks.{i}.feed_forward."))
-# Aliases of shared modules that a state dict may list twice (the HC/mHC connectors hold their branch).
-ALIAS_RE = re.compile(r"^blocks\.\d+\.(attention|feed_forward)_hyper_connection\.branch\.")
-# Non-persistent constants some revisions store (recomputed by depthbench; checked, then dropped).
-CONSTANT_RE = re.compile(r"^blocks\.(\d+)\.ln_scale$")
-
-
-class ConversionError(ValueError):
-    """The checkpoint holds a setting depthbench cannot represent (named in the message), or is malformed."""
+# Norm names (``layer_norm.name``) that mean LayerNorm; any other is RMSNorm.
+LAYER_NORM_NAMES = ("default", "layer_norm", "layernorm")
 
 
 # ================================================================================================ reading
@@ -196,18 +172,12 @@ def read_experiment_config(path: str | None) -> dict:
 
 
 # ================================================================================================ settings
-def _get(tree: dict, *keys, default=None):
-    for key in keys:
-        if not isinstance(tree, dict) or key not in tree:
-            return default
-        tree = tree[key]
-    return tree
-
-
 def resolve_settings(model_cfg: dict, state: dict, repo_name: str | None = None, arch: str | None = None,
                      allow_approximate: bool = False) -> dict:
     """``{"arch", "fields", "approximations"}``: the registry id and depthbench config fields of the checkpoint.
 
+    The architecture comes from ``arch``, else ``model.block.name`` (:data:`BLOCK_NAMES`), else the repository
+    name, refined by the block's settings (the translators' refinements); its translator reads the rest.
     Raises :class:`ConversionError` naming every unrepresentable setting.
     """
     from depthbench.hub.names import parse_repo_name
@@ -228,20 +198,16 @@ def resolve_settings(model_cfg: dict, state: dict, repo_name: str | None = None,
                 raise ConversionError(f"block.name={block_name!r} is not one of the study's architectures "
                                       f"depthbench can represent ({', '.join(sorted(BLOCK_NAMES))})")
             arch = BLOCK_NAMES[block_name]
-            if block.get("hyper_connections") and arch == "pre_ln":
-                kind = _get(block, "hyper_connections", "kind", default="hc")
-                arch = "hc" if kind == "hc" else "mhc"
+            for refine in BLOCK_NAME_REFINEMENTS:
+                arch = refine(arch, block)
         elif name_settings:
             arch = name_settings["arch"]
         else:
             raise ConversionError("the architecture is unknown: the checkpoint has no config.json with "
                                   "model.block.name and no repository name to read it from; pass --arch")
-    if arch in ("attnres", "block_attnres") or block.get("attnres_block_size") is not None:
-        size = block.get("attnres_block_size") or 1
-        if name_settings.get("arch") == "block_attnres" and size == 1 and "attnres_block_size" not in block:
-            raise ConversionError("attnres_block_size: a Block AttnRes checkpoint must record its block size "
-                                  "(the study passed it on the command line); pass --set attnres_block_size=N")
-        arch = "attnres" if size == 1 else "block_attnres"
+    for refine in REFINEMENTS:
+        arch = refine(arch, block, name_settings)
+    translator = translator_for(arch)
 
     # ---- shape: config first, tensors second (the study's 16 heads when neither says)
     emb = state.get("embeddings.weight")
@@ -253,9 +219,9 @@ def resolve_settings(model_cfg: dict, state: dict, repo_name: str | None = None,
     kv_heads = mixer.get("n_kv_heads") or heads
     head_dim = mixer.get("head_dim") or (d // heads if d else None)
     w1 = state.get("blocks.0.feed_forward.w1.weight", state.get("blocks.0.feed_forward.feed_forward.w1.weight"))
-    ffn = _get(block, "feed_forward", "hidden_size") or (w1.shape[0] if w1 is not None else None)
+    ffn = lookup(block, "feed_forward", "hidden_size") or (w1.shape[0] if w1 is not None else None)
     norm = block.get("layer_norm") or {}
-    head_norm = _get(model_cfg, "lm_head", "layer_norm") or norm
+    head_norm = lookup(model_cfg, "lm_head", "layer_norm") or norm
     rope = mixer.get("rope") or {}
     fields: dict[str, Any] = {
         "vocab_size": vocab, "hidden_size": d, "num_hidden_layers": n_layers, "num_attention_heads": heads,
@@ -270,88 +236,30 @@ def resolve_settings(model_cfg: dict, state: dict, repo_name: str | None = None,
                            (mixer.get("gate"), lambda v: v, "gated attention (block.sequence_mixer.gate)"),
                            (mixer.get("sliding_window"), lambda v: v, "sliding-window attention"),
                            (rope.get("scaling"), lambda v: v, "RoPE scaling (rope.scaling)"),
-                           (_get(block, "feed_forward", "bias"), lambda v: v, "MLP biases (feed_forward.bias)"),
+                           (lookup(block, "feed_forward", "bias"), lambda v: v, "MLP biases (feed_forward.bias)"),
                            (norm.get("bias"), lambda v: v, "norm biases (layer_norm.bias)"),
                            (block.get("feed_forward_moe"), lambda v: v, "mixture-of-experts feed-forward")):
         if key is not None and bad(key):
             problems.append(what)
-    activation = _get(block, "feed_forward", "activation", default="silu")
+    activation = lookup(block, "feed_forward", "activation", default="silu")
     if activation not in ("silu", None):
         problems.append(f"feed_forward.activation={activation!r} (depthbench uses SwiGLU with silu)")
     norm_name = norm.get("name", "rms")
-    fields["norm_type"] = "layernorm" if norm_name in ("default", "layer_norm", "layernorm") else "rmsnorm"
-    if arch == "deepnorm" and "name" not in norm:
-        fields["norm_type"] = "layernorm"  # the study's DeepNorm entry point switches the block norm to LayerNorm
+    fields["norm_type"] = (("layernorm" if norm_name in LAYER_NORM_NAMES else "rmsnorm") if "name" in norm
+                           else translator.unnamed_norm_type)
     head_name = head_norm.get("name", norm_name)
-    if (head_name in ("default", "layer_norm", "layernorm")) != (fields["norm_type"] == "layernorm"):
+    if (head_name in LAYER_NORM_NAMES) != (fields["norm_type"] == "layernorm"):
         problems.append(f"lm_head.layer_norm.name={head_name!r} differs from block.layer_norm.name={norm_name!r}: "
                         "depthbench uses one norm type for every norm")
-    if head_norm.get("eps", fields["rms_norm_eps"]) != fields["rms_norm_eps"] and arch not in ("attnres",
-                                                                                                "block_attnres"):
+    if head_norm.get("eps", fields["rms_norm_eps"]) != fields["rms_norm_eps"] and translator.head_eps_must_match:
         problems.append(f"lm_head.layer_norm.eps={head_norm.get('eps')} differs from the block norms' eps "
                         f"{fields['rms_norm_eps']}: depthbench uses one eps")
     for key in ("attention_residual_alpha", "feed_forward_residual_alpha"):
-        if block.get(key) not in (None, 1.0, 1) and arch not in ("depth_mup", "completep"):
+        if block.get(key) not in (None, 1.0, 1) and not translator.residual_alpha_allowed:
             problems.append(f"block.{key}={block.get(key)} (residual scaling outside depth-muP/CompleteP)")
 
-    # ---- architecture settings
-    if arch == "lns":
-        for key, value in state.items():
-            match = CONSTANT_RE.match(key)
-            if match and abs(float(value) - 1 / math.sqrt(int(match[1]) + 1)) > 1e-6:
-                problems.append(f"{key}={float(value)} (depthbench's LNS uses 1/sqrt(l+1))")
-    if arch in ("hc", "mhc"):
-        hc = block.get("hyper_connections") or {}
-        kind = hc.get("kind", "hc" if arch == "hc" else "liger_mhc")
-        n = hc.get("num_residual_streams", 4)
-        reduce_mode = hc.get("reduce_mode", hc.get("collapse", "auto"))
-        if kind == "hc":
-            arch = "hc"
-            fields.update(hc_num_streams=n, hc_use_tanh=bool(hc.get("tanh", hc.get("use_tanh", True))),
-                          hc_norm_eps=1e-8, hc_readout="mean" if reduce_mode == "mean" else "sum_norm")
-        elif kind in ("mhc", "liger_mhc"):
-            arch = "mhc"
-            if hc.get("tanh", hc.get("use_tanh", False)):
-                problems.append(f"hyper_connections.tanh=true with kind={kind} (depthbench's mHC maps are linear)")
-            native = kind == "mhc"
-            fields.update(mhc_num_streams=n, mhc_sinkhorn_iters=hc.get("sinkhorn_iters", 20),
-                          mhc_sinkhorn_temperature=hc.get("sinkhorn_tau", 1.0),
-                          mhc_norm_eps=1e-8 if native else 1e-6,
-                          mhc_readout=("mean" if reduce_mode == "mean" else "sum_norm") if native else
-                          ("sum_norm" if reduce_mode == "sum" else "mean"))
-            if not native:
-                approximations.append(
-                    "mHC (Liger backend): the kernel's Sinkhorn ends on a column normalisation, depthbench's on a "
-                    "row normalisation (and uses eps-free log-domain iterations); after the configured iterations "
-                    "the mixing matrices agree only to the Sinkhorn tolerance")
-        else:
-            problems.append(f"hyper_connections.kind={kind!r} (the static ablation's softmax pre/post maps are not "
-                            "depthbench's mHC maps)")
-    if arch in ("attnres", "block_attnres"):
-        for key in ("attnres_use_bias", "attnres_learn_logit_scale", "attnres_topk_fraction"):
-            if block.get(key):
-                problems.append(f"block.{key}={block[key]!r} (AttnRes ablation depthbench does not implement)")
-        if arch == "block_attnres":
-            fields["attnres_block_size"] = block.get("attnres_block_size")
-        mix_eps = 1e-5  # the reference's depth-mix norms use the RMS norm config's default eps
-        if fields["rms_norm_eps"] != mix_eps:
-            approximations.append(
-                f"AttnRes: the reference's depth mixes normalise with eps {mix_eps} and its first attention norm "
-                f"with the model's eps {fields['rms_norm_eps']}; depthbench uses one eps ({mix_eps}) for both")
-            fields["rms_norm_eps"] = mix_eps
-    if arch == "moda":
-        moda = block.get("moda") or {}
-        fields["moda_post_norm"] = block_name == "post_norm_moda"
-        if moda.get("extra_attn_kv_proj"):
-            problems.append("moda.extra_attn_kv_proj=true")
-        if moda.get("extra_ffn_kv_proj") is False:
-            problems.append("moda.extra_ffn_kv_proj=false (depthbench's MoDA always has the FFN depth key/value)")
-        if moda.get("cache_post_norm_k") is False:
-            problems.append("moda.cache_post_norm_k=false")
-    if arch == "keel" and block.get("keel_alpha") not in (None, 2 * (n_layers or 0)):
-        fields["keel_alpha"] = block["keel_alpha"]
-    if arch in ("depth_mup", "completep") and block.get("residual_scaling_base_depth") is not None:
-        fields["depth_scaling_base_depth"] = block["residual_scaling_base_depth"]
+    # ---- architecture settings (HC's may change the id: its kind names HC or mHC)
+    arch = translator.settings(block, state, fields, problems, approximations) or arch
     missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size") if not fields[k]]
     if missing:
         problems.append(f"shape fields not found in config.json or the tensors: {', '.join(missing)}")
@@ -370,23 +278,17 @@ def _expand(pattern: str, n_layers: int) -> list[tuple[int | None, str]]:
 
 
 def map_state(arch: str, state: dict, n_layers: int, n_streams: int = 4, liger: bool = False) -> dict:
-    """OLMo-core tensors -> depthbench tensors for ``arch``. Raises naming every unconsumed source key."""
+    """OLMo-core tensors -> depthbench tensors for ``arch`` (``n_streams`` and ``liger``: mHC's connectors, see
+    :class:`~depthbench.hub.translators.ManifoldHyperConnections`). Raises naming every unconsumed source key."""
     import torch
 
+    translator = translator_for(arch)
     source = {k: v for k, v in state.items() if not ALIAS_RE.match(k)}
     for key in [k for k in source if CONSTANT_RE.match(k)]:
         source.pop(key)
-    if arch == "moda":
-        renamed = {}
-        for key, value in source.items():
-            for i in range(n_layers):
-                for wrapped, plain in MODA_WRAPPED:
-                    if key.startswith(wrapped.format(i=i)):
-                        key = plain.format(i=i) + key[len(wrapped.format(i=i)):]
-            renamed[key] = value
-        source = renamed
+    source = translator.rename_from_olmo(source, n_layers)
     out: dict[str, torch.Tensor] = {}
-    rules = [(s, d, "") for s, d in KEY_MAP] + EXTRA_KEY_MAP.get(arch, [])
+    rules = [(s, d, "") for s, d in KEY_MAP] + list(translator.key_map)
     for src_pattern, dst_pattern, transform in rules:
         for (i, src) in _expand(src_pattern, n_layers):
             if src not in source:
@@ -397,57 +299,20 @@ def map_state(arch: str, state: dict, n_layers: int, n_streams: int = 4, liger: 
             elif transform == "flat":
                 value = value.reshape(-1)
             out[dst_pattern.format(i=i) if i is not None else dst_pattern] = value
-    if arch == "mhc":
-        out.update(_mhc_tensors(source, n_layers, n_streams, liger))
+    out.update(translator.tensors_from_olmo(source, n_layers, n_streams, liger))
     if source:
         raise ConversionError(f"{len(source)} checkpoint tensor(s) have no place in depthbench's {arch}: "
                               + ", ".join(sorted(source)[:12]) + (" ..." if len(source) > 12 else ""))
     return out
 
 
-def _mhc_tensors(source: dict, n_layers: int, n: int, liger: bool) -> dict:
-    """The mHC connectors. depthbench: ``phi`` [n²+2n, nd] (pre | post | res rows, res row-major as H_res[t, s]),
-    ``bias`` [n²+2n], gains ``alpha_*``; z = α ⊙ (x̂ Φ) + b, H_res applied as Σ_s H_res[t, s] H_s.
-
-    Native backend (``mhc``): separate projections, biases and gates; it applies Σ_s H_res[s, t] H_s with a
-    Sinkhorn ending on columns, which equals depthbench's row-ending Sinkhorn on the transposed logits exactly, so
-    the residual logits are transposed. Liger backend: one Φ [nd, n²+2n] and bias b inside the gains
-    (α ⊙ (x̂Φ + b)), so depthbench's bias is α ⊙ b.
-    """
-    import torch
-
-    out = {}
-    perm = torch.arange(n * n).reshape(n, n).t().reshape(-1)  # res index t*n+s <- s*n+t
-    for i in range(n_layers):
-        for side, dst in (("attention", "attn"), ("feed_forward", "mlp")):
-            p = f"blocks.{i}.{side}_hyper_connection."
-            q = f"model.layers.{i}.{dst}_residual."
-            if liger:
-                phi, b = source.pop(p + "phi"), source.pop(p + "b").float()
-                a = {g: source.pop(p + f"alpha_{g}").float() for g in ("pre", "post", "res")}
-                out[q + "phi"] = phi.t().float().contiguous()
-                out[q + "bias"] = torch.cat([a["pre"] * b[:n], a["post"] * b[n:2 * n], a["res"] * b[2 * n:]])
-                for g in ("pre", "post", "res"):
-                    out[q + f"alpha_{g}"] = a[g]
-            else:
-                res_proj = source.pop(p + "residual_dynamic_proj")[:, perm]
-                out[q + "phi"] = torch.cat([source.pop(p + "pre_dynamic_proj"), source.pop(p + "post_dynamic_proj"),
-                                            res_proj], dim=1).t().contiguous()
-                out[q + "bias"] = torch.cat([source.pop(p + "pre_bias"), source.pop(p + "post_bias"),
-                                             source.pop(p + "residual_bias").t().reshape(-1)])
-                for g, src in (("pre", "pre_gate"), ("post", "post_gate"), ("res", "residual_gate")):
-                    out[q + f"alpha_{g}"] = source.pop(p + src)
-    return out
-
-
 def to_olmo_state(arch: str, state: dict, n_layers: int, n_streams: int = 4) -> dict:
-    """The inverse of :func:`map_state` for exact settings (depthbench tensors -> OLMo-core names); used to test the
-    key-mapping table round trip for the architectures upstream OLMo-core does not build."""
-    import torch
-
+    """The inverse of :func:`map_state` for exact settings (depthbench tensors -> OLMo-core names; mHC's native
+    backend); used to test the key-mapping round trip for the architectures upstream OLMo-core does not build."""
+    translator = translator_for(arch)
     state = dict(state)
     out = {}
-    rules = [(s, d, "") for s, d in KEY_MAP] + EXTRA_KEY_MAP.get(arch, [])
+    rules = [(s, d, "") for s, d in KEY_MAP] + list(translator.key_map)
     for src_pattern, dst_pattern, transform in rules:
         for (i, dst) in _expand(dst_pattern, n_layers):
             if dst not in state:
@@ -459,29 +324,11 @@ def to_olmo_state(arch: str, state: dict, n_layers: int, n_streams: int = 4) -> 
             elif transform == "flat":
                 value = value.reshape(1, -1)
             out[src] = value
-    if arch == "mhc":
-        n = n_streams
-        perm = torch.arange(n * n).reshape(n, n).t().reshape(-1)
-        for i in range(n_layers):
-            for side, dst in (("attention", "attn"), ("feed_forward", "mlp")):
-                p, q = f"blocks.{i}.{side}_hyper_connection.", f"model.layers.{i}.{dst}_residual."
-                phi, bias = state.pop(q + "phi").t(), state.pop(q + "bias")
-                out[p + "pre_dynamic_proj"], out[p + "post_dynamic_proj"] = phi[:, :n], phi[:, n:2 * n]
-                out[p + "residual_dynamic_proj"] = phi[:, 2 * n:][:, perm]
-                out[p + "pre_bias"], out[p + "post_bias"] = bias[:n], bias[n:2 * n]
-                out[p + "residual_bias"] = bias[2 * n:].reshape(n, n).t()
-                for g, src in (("pre", "pre_gate"), ("post", "post_gate"), ("res", "residual_gate")):
-                    out[p + src] = state.pop(q + f"alpha_{g}")
-    if arch == "moda":
-        out = {_moda_wrap(k): v for k, v in out.items()}
+    out.update(translator.tensors_to_olmo(state, n_layers, n_streams))
+    out = translator.rename_to_olmo(out)
     if state:
         raise ConversionError(f"no OLMo-core name for: {', '.join(sorted(state))}")
     return out
-
-
-def _moda_wrap(key: str) -> str:
-    match = re.match(r"^blocks\.(\d+)\.(attention|feed_forward)\.(w_q|w_k|w_v|w_out|w1|w2|w3)\.(.*)$", key)
-    return f"blocks.{match[1]}.{match[2]}.{match[2]}.{match[3]}.{match[4]}" if match else key
 
 
 # ================================================================================================ convert
@@ -546,9 +393,8 @@ def convert(source: str, output_dir: str, step: int | None = None, arch: str | N
                                 allow_approximate=allow_approximate)
     fields = settings["fields"]
     block = model_cfg.get("block") or {}
-    liger = _get(block, "hyper_connections", "kind", default="liger_mhc") == "liger_mhc"
     mapped = map_state(settings["arch"], state, fields["num_hidden_layers"],
-                       fields.get("mhc_num_streams", fields.get("hc_num_streams", 4)), liger=liger)
+                       **translator_for(settings["arch"]).map_options(block, fields))
     import torch
 
     model = build_model(settings["arch"], **fields)
