@@ -13,7 +13,7 @@ Two scopes (``scope=``):
   it for every block: Pre-LN, the normalization variants and HC/mHC compile one block whatever the depth (an L=16
   model compiles as fast as an L=2 one). The depth-mixing designs (AttnRes, Block AttnRes, MoDA, DenseFormer) pass
   each block one more earlier state than the block before, so they trace one graph per block; Dynamo's recompile
-  limit (default 8) is raised to the number of blocks for every compiled model, so that deep models never fall back to eager.
+  limit (default 8) grows by the number of blocks for every compiled model, so deep models never fall back to eager.
 * ``"model"``: the whole forward is one graph (the residual wiring of every registered architecture traces
   without a graph break; ``tests/test_compiled.py`` checks it with ``torch._dynamo.explain``). Inductor can fuse
   across block boundaries, but compile time grows with depth: minutes per model at L=16 on 2 CPU cores.
