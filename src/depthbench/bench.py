@@ -58,6 +58,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
+from depthbench.compiled import SCOPES
 from depthbench.tensor_memory import TensorPeak
 
 LLAMA = "llama"
@@ -77,7 +78,7 @@ class BenchSettings:
     dtype: str = "float32"
     device: str = "cpu"
     compile: bool = False
-    compile_scope: str = "layers"  # depthbench.compiled.SCOPES
+    compile_scope: str = "layers"  # one of depthbench.compiled.SCOPES
     decode_tokens: int = 32
     decode_batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
     prompt_len: int = 16
@@ -871,7 +872,7 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--compile", action="store_true",
                    help="also run every model compiled (depthbench.compiled.compile_model, the trainer's "
                    "model.compile=true path) and report its ratio to compiled pre_ln and its speed-up over eager")
-    p.add_argument("--compile-scope", choices=["layers", "model"], default="layers",
+    p.add_argument("--compile-scope", choices=SCOPES, default="layers",
                    help="with --compile: compile each decoder block on its own (default; one graph per distinct "
                    "block, fast to compile at any depth) or the whole forward as one graph (the trainer's "
                    "model.compile_scope)")
