@@ -464,20 +464,22 @@ class HCResidual(Residual):
         ``[u; R; ·] = [A | β]ᵀ H`` in one batched matmul (its last row is unused) and ``H' = R + β · F(N(u))`` in one
         addcmul. Equal to the differentiable path up to float rounding (``tests/residuals/test_hc_inference_paths.py``).
         """
-        n = self.num_streams
+        n, d = self.num_streams, stream.shape[-1]
         proj, static, gates, eps = derived_weights(
             self, "inference", self._fast_weights, self.dynamic_alpha_fn, self.dynamic_beta_fn, self.static_alpha,
             self.static_beta, self.dynamic_alpha_scale, self.dynamic_beta_scale)
         with full_precision(stream):
-            h = upcast(stream)  # [B,T,n,d]
-            # Ĥ W = (H W)·sqrt(d) / sqrt(|H_s|² + d·eps), the sqrt(d) folded into W: [B,T,n,n+2]
-            dyn = torch.matmul(h, proj).div_(torch.hypot(torch.linalg.vector_norm(h, dim=-1, keepdim=True), eps))
+            h = upcast(stream.reshape(-1, d))  # [N·n, d]: every stream of every token
+            # Ĥ W = (H W)·sqrt(d) / sqrt(|H_s|² + d·eps), the sqrt(d) folded into W: [N·n, n+2]
+            dyn = torch.mm(h, proj).div_(torch.hypot(torch.linalg.vector_norm(h, dim=-1, keepdim=True), eps))
             if self.use_tanh:
                 dyn.tanh_()
-            coef = as_dtype(torch.addcmul(static, gates, dyn), stream.dtype)  # [B,T,n,n+2] = [A | β]
-        u, carried, _ = torch.matmul(coef.transpose(-1, -2), stream).split_with_sizes([1, n, 1], dim=-2)
-        out = branch(norm(u.squeeze(-2)))  # [B,T,d]
-        return torch.addcmul(carried, coef[..., n + 1:], as_dtype(out, stream.dtype).unsqueeze(-2))
+            coef = as_dtype(torch.addcmul(static, gates, dyn.view(-1, n, n + 2)), stream.dtype)  # [N,n,n+2] = [A | β]
+        # 2-D/3-D views and mm/bmm rather than matmul on [B,T,...] (each reshape inside matmul is one more call)
+        mixed = torch.bmm(coef.transpose(1, 2), stream.reshape(-1, n, d))  # [N,n+2,d] = [u; R; unused]
+        out = branch(norm(mixed[:, 0].view(stream.shape[:-2] + (d,))))  # [B,T,d]
+        return torch.addcmul(mixed[:, 1:n + 1], coef[:, :, n + 1:], as_dtype(out, stream.dtype).view(-1, 1, d)
+                             ).view(stream.shape)
 
     def extra_repr(self) -> str:
         return f"index={self.index}, num_streams={self.num_streams}, stream_index={self.stream_index}"
