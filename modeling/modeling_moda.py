@@ -330,8 +330,12 @@ def moda_attention_sdpa(
     b, h, t, hd = query.shape
     hkv, kv_len = key.shape[1], key.shape[2]
     g = h // hkv
-    # A single query with no mask sees every key (selectors included): no mask at all, as for Llama.
-    mask = None if attention_mask is None and t == 1 else additive_mask(
+    # No mask and no cached keys (training, a cache-free forward, the prefill of an empty dynamic cache): plain
+    # causal attention, run as SDPA's `is_causal` (its kernels skip every block above the diagonal) instead of an
+    # explicit mask that makes them compute and then mask all of them. A single query with no mask sees every key
+    # (selectors included): no mask at all, as for Llama.
+    causal = attention_mask is None and t > 1 and kv_len == t
+    mask = None if causal or (attention_mask is None and t == 1) else additive_mask(
         attention_mask, t, kv_len, query.device, query.dtype
     )  # [B|1, 1, T, T_kv]
     s = _num_slots(depth_keys)
@@ -349,10 +353,15 @@ def moda_attention_sdpa(
         value = torch.cat([selector, F.pad(value, (0, extra))], dim=2)
         if mask is not None:
             mask = F.pad(mask, (s, 0))  # selector keys are visible to every query
+        if causal:
+            # S zero queries in front of the T real ones: in square causal attention over the S + T keys, query
+            # S + i then sees exactly the S selectors and the sequence keys 0..i; the S extra rows are dropped.
+            query = F.pad(query, (0, 0, s, 0))
     out = F.scaled_dot_product_attention(
-        query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling, enable_gqa=g > 1
-    )  # [B, H, T, hd (+ extra)]
+        query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling, is_causal=causal, enable_gqa=g > 1
+    )  # [B, H, (S +) T, hd (+ extra)]
     if s:
+        out = out[:, :, s:] if causal else out
         weights = out[..., hd:hd + s].reshape(b, hkv, g, t, s)
         out = out[..., :hd] + depth_readout(weights, depth_values).reshape(b, h, t, hd)
     return out.transpose(1, 2).contiguous(), None
