@@ -15,6 +15,7 @@ import math
 
 import pytest
 import torch
+from depthbench.modeling import modeling_moda
 from depthbench.modeling.modeling_moda import (
     DepthIO,
     MoDAConfig,
@@ -203,9 +204,12 @@ def test_no_depth_is_plain_causal_attention_and_mask_formats_agree():
 
 
 @pytest.mark.parametrize("case", ["causal", "causal_more_slots_than_tokens", "causal_no_depth", "padded", "decode"])
-def test_fused_sdpa_path_equals_explicit_math_with_gradients(case):
+@pytest.mark.parametrize("causal_min_tokens", [0, 10**9])
+def test_fused_sdpa_path_equals_explicit_math_with_gradients(case, causal_min_tokens, monkeypatch):
     """The SDPA path (selector keys carry the depth logits) is the same function as the explicit softmax; without a
-    mask or cached keys it runs as square causal SDPA over the selectors and the sequence (zero queries in front)."""
+    mask or cached keys it runs as square causal SDPA over the selectors and the sequence (zero queries in front),
+    or with an explicit mask (short sequences on CPU)."""
+    monkeypatch.setattr(modeling_moda, "CPU_CAUSAL_MIN_TOKENS", causal_min_tokens)
     q, k, v, dk, dv = random_attention_inputs(seed=6, t=6, s=9 if case == "causal_more_slots_than_tokens" else 4)
     if case == "causal_no_depth":
         dk = dv = dk[:, :, :, :0]
@@ -227,6 +231,22 @@ def test_fused_sdpa_path_equals_explicit_math_with_gradients(case):
     for a, b in zip(leaves, other):
         if a.numel():  # (empty depth slots get no gradient)
             assert torch.allclose(a.grad, b.grad, atol=1e-5)
+
+
+def test_model_causal_and_masked_sdpa_paths_agree_in_training(monkeypatch):
+    """A whole training step (loss and every gradient) is the same function whichever SDPA path the attention takes."""
+    ids = ids_of(2, 12, seed=3)
+    results = []
+    for threshold in (0, 10**9):  # causal kernel with zero queries in front / explicit mask
+        monkeypatch.setattr(modeling_moda, "CPU_CAUSAL_MIN_TOKENS", threshold)
+        model = make_moda(seed=4, attn_implementation="sdpa").train()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad for n, p in model.named_parameters()}))
+    (loss_a, grads_a), (loss_b, grads_b) = results
+    torch.testing.assert_close(loss_a, loss_b, rtol=0, atol=1e-5)
+    for name, grad in grads_a.items():
+        torch.testing.assert_close(grad, grads_b[name], rtol=0, atol=1e-5, msg=name)
 
 
 def test_attention_writes_its_pre_rope_key_value_to_the_depth_slot():
