@@ -108,12 +108,14 @@ def test_preempt_signal_and_repeated_signals_checkpoint_once(data_dir, tmp_path,
         return real(model, ids)
 
     monkeypatch.setattr(train_mod, "_forward_loss", signalling)
+    # (SIGINT is Python's default_int_handler in a terminal, SIG_IGN when the tests run as a background job)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)}
     out = tmp_path / "run"
     summary = train(load_run_config(run_dict(data_dir, out), ["checkpoint.every=0"]))
     assert summary["status"] == "stopped" and summary["stopped_by"] == "SIGUSR1" and summary["steps"] == 2
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["ckpt-000002", "latest"]
     assert capsys.readouterr().err.count("received: checkpointing after the current step") == 1
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored afterwards
+    assert {sig: signal.getsignal(sig) for sig in before} == before  # handlers restored afterwards
 
 
 # ================================================================================================ item 3 (in-process)
