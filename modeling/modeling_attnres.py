@@ -42,6 +42,7 @@ from .modeling_depthbench import (
     as_dtype,
     derived_weights,
     inference_fast_path,
+    inv_rms,
     upcast,
 )
 
@@ -157,12 +158,6 @@ class AttnResStream(NamedTuple):
     def newest(self) -> torch.Tensor:
         """The newest source: the partial if non-empty, else the last committed entry."""
         return self.partial if self.partial is not None else self.bank[-1]
-
-
-def inv_rms(source: torch.Tensor, eps: float) -> torch.Tensor:
-    """Per-token key normalisation ``1 / sqrt(mean(v^2) + eps)`` in at least fp32: ``[B, T, d] -> [B, T]``."""
-    sq_norm = torch.linalg.vector_norm(source, dim=-1, dtype=torch.promote_types(source.dtype, torch.float32)).square()
-    return torch.rsqrt(sq_norm / source.shape[-1] + eps)
 
 
 def _fast_inv_rms(source: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:

@@ -84,6 +84,16 @@ def upcast(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to(torch.promote_types(tensor.dtype, torch.float32))
 
 
+def inv_rms(tensor: torch.Tensor, eps: float, keepdim: bool = False) -> torch.Tensor:
+    """``1 / sqrt(mean(x^2) + eps)`` over the last dim, in at least fp32 (``[..., d] -> [...]``, or ``[..., 1]`` with
+    ``keepdim``). ``mean(x^2)`` is taken as ``|x|^2 / d`` from one norm: a single pass over ``x`` forward and one
+    backward, where squaring first writes and re-reads an ``x``-sized temporary both ways (memory-bound on CPU).
+    Used where a norm without gain reads a residual stream (AttnRes keys, HC gates)."""
+    wide = torch.promote_types(tensor.dtype, torch.float32)
+    sq_norm = torch.linalg.vector_norm(tensor, dim=-1, keepdim=keepdim, dtype=wide).square()
+    return torch.rsqrt(sq_norm / tensor.shape[-1] + eps)
+
+
 def as_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``tensor.to(dtype)``, skipping the (no-op but dispatched) call when the dtype already matches."""
     return tensor if tensor.dtype == dtype else tensor.to(dtype)

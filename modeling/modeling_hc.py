@@ -34,6 +34,7 @@ from .modeling_depthbench import (
     as_dtype,
     derived_weights,
     inference_fast_path,
+    inv_rms,
     upcast,
 )
 
@@ -431,11 +432,8 @@ class HCResidual(Residual):
         if params[0].dtype != h.dtype:
             params = tuple(p.to(h.dtype) for p in params)
         w_alpha, w_beta, static_alpha, static_beta, scale_alpha, scale_beta = params
-        # mean(H²) as |H|²/d: one pass over the streams forward and one backward (square-then-mean writes and
-        # re-reads an [B,T,n,d] temporary both ways; ~2x slower on CPU at d=256)
-        length = torch.linalg.vector_norm(h, dim=-1, keepdim=True)  # [B,T,n,1]
-        inv_rms = torch.rsqrt(length.square() / h.shape[-1] + self.eps)
-        dyn = F.linear(h, torch.cat([w_alpha, w_beta.unsqueeze(0)])) * inv_rms  # Ĥ W = (H W) / rms(H): [B,T,n,n+2]
+        scale = inv_rms(h, self.eps, keepdim=True)  # 1 / rms per stream: [B,T,n,1]
+        dyn = F.linear(h, torch.cat([w_alpha, w_beta.unsqueeze(0)])) * scale  # Ĥ W = (H W) / rms(H): [B,T,n,n+2]
         if self.use_tanh:
             dyn = dyn.tanh()
         alpha_dyn, beta_dyn = dyn.split_with_sizes([self.num_streams + 1, 1], dim=-1)

@@ -27,6 +27,7 @@ from .modeling_depthbench import (
     as_dtype,
     derived_weights,
     inference_fast_path,
+    inv_rms,
     upcast,
 )
 from .modeling_hc import (
@@ -327,10 +328,7 @@ class MHCResidual(Residual):
         if not self.dynamic:
             return bias.split_with_sizes(sizes)
         x = upcast(stream.flatten(-2))  # [B,T,n*d]
-        # 1 / rms(x) = sqrt(nd) / sqrt(|x|² + nd·eps)
-        scale = x.shape[-1]
-        inv_rms = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square().add(scale * self.eps).rsqrt()
-        m = F.linear(x, upcast(self.phi)).mul(inv_rms.mul(scale ** 0.5))  # x̂ Φ = (x Φ) / rms(x): [B,T,n²+2n]
+        m = F.linear(x, upcast(self.phi)).mul(inv_rms(x, self.eps, keepdim=True))  # x̂ Φ = (x Φ) / rms(x): [B,T,n²+2n]
         # b + m · α per part (one fused op each; an fp32 m promotes a lower-precision α and b exactly)
         parts = zip(m.split_with_sizes(sizes, dim=-1), bias.split_with_sizes(sizes),
                     (self.alpha_pre, self.alpha_post, self.alpha_res))

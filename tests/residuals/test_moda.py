@@ -236,12 +236,21 @@ def test_fused_sdpa_path_equals_explicit_math_with_gradients(case, causal_min_to
 def test_model_causal_and_masked_sdpa_paths_agree_in_training(monkeypatch):
     """A whole training step (loss and every gradient) is the same function whichever SDPA path the attention takes."""
     ids = ids_of(2, 12, seed=3)
+    sdpa, calls = torch.nn.functional.scaled_dot_product_attention, []
+
+    def spy(*args, **kwargs):  # which path each attention call took: (is_causal, explicit mask)
+        calls.append((kwargs.get("is_causal", False), kwargs.get("attn_mask") is not None))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(modeling_moda.F, "scaled_dot_product_attention", spy)
     results = []
-    for threshold in (0, 10**9):  # causal kernel with zero queries in front / explicit mask
+    for threshold, path in ((0, (True, False)), (10**9, (False, True))):  # causal kernel / explicit mask
         monkeypatch.setattr(modeling_moda, "CPU_CAUSAL_MIN_TOKENS", threshold)
         model = make_moda(seed=4, attn_implementation="sdpa").train()
+        calls.clear()
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
+        assert calls and set(calls) == {path}
         results.append((loss.detach(), {n: p.grad for n, p in model.named_parameters()}))
     (loss_a, grads_a), (loss_b, grads_b) = results
     torch.testing.assert_close(loss_a, loss_b, rtol=0, atol=1e-5)
