@@ -34,7 +34,7 @@ setup(
     extras_require={
         "track": ["tensorboard", "wandb"],
         "test": ["pytest>=8", "tensorboard", "ruff", "pyarrow", "peft>=0.21"],
-        # Import-time dependencies of the upstream OLMo-core oracle (tests/test_hub_convert.py). OLMo-core itself and
+        # Import-time dependencies of the upstream OLMo-core oracle (tests/hub/test_convert.py). OLMo-core itself and
         # cached-path are installed WITHOUT dependency resolution (their pins would downgrade huggingface_hub):
         #   pip install -e ".[test,oracle]" && pip install --no-deps ai2-olmo-core==3.0.0 cached-path==1.8.10
         "oracle": ["dataclass-extensions==0.5.0", "bettermap==1.3.1", "rich", "boto3", "google-cloud-storage>=1.32,<4"],

@@ -23,7 +23,7 @@ import torch
 from depthbench.modeling.modeling_depthbench import _CACHE_FIELD
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from depthbench.bench import BenchSettings, build_models
+from depthbench.bench.benchmark import BenchSettings, build_models
 
 
 class CountOps(TorchDispatchMode):

@@ -15,14 +15,11 @@ skipped unless ``--runcompile`` is given or ``DEPTHBENCH_RUN_COMPILE=1``.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # Tiny models gain nothing from intra-op threads, and on a shared 2-core machine OpenMP spin-waiting against other
 # processes made a 10-token generate() ~50x slower (10 s instead of 0.2 s). One thread, for us and subprocesses.
@@ -64,7 +61,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def selected_arch_ids(request: pytest.FixtureRequest) -> list[str]:
     """Architecture ids the collected tests are parametrized with, in registry order (all ids if none)."""
-    from helpers import ARCH_IDS
+    from tests.helpers import ARCH_IDS
 
     selected = set(request.config.stash.get(_SELECTED_KEY, []))
     return [a for a in ARCH_IDS if a in selected] or list(ARCH_IDS)
@@ -97,14 +94,14 @@ class CheckpointStore:
 
     @property
     def tokenizer(self):
-        from helpers import make_tokenizer
+        from tests.helpers import make_tokenizer
 
         if self._tokenizer is None:
             self._tokenizer = make_tokenizer(self.root / "tokenizer")
         return self._tokenizer
 
     def get(self, arch_id: str) -> Checkpoint:
-        from helpers import random_ids, save_tiny_checkpoint, tiny_model
+        from tests.helpers import random_ids, save_tiny_checkpoint, tiny_model
 
         if arch_id not in self._cache:
             model = tiny_model(arch_id, seed=0)

@@ -6,7 +6,8 @@ Architectures are never listed here: :data:`ARCH_IDS` is read from the registry.
 
 Run the suite that uses these helpers with::
 
-    python -m pytest tests/test_contract.py tests/test_remote_code.py tests/test_lm_eval.py tests/test_trainer.py \
+    python -m pytest tests/modeling/test_contract.py tests/modeling/test_remote_code.py tests/modeling/test_lm_eval.py \
+        tests/modeling/test_hf_trainer.py \
         tests/test_registry.py -q
 """
 
@@ -21,6 +22,10 @@ import torch
 
 from depthbench.data import make_tiny_tokenizer, prepare_data
 from depthbench.registry import ARCHITECTURES
+
+#: The repository checkout and the tests' fixture folder (test files live in sub-folders: use these, not parents[N]).
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
 
 ARCH_IDS: list[str] = list(ARCHITECTURES)
 """Every registered architecture id, in registry order (the contract is parametrized over this list)."""

@@ -10,12 +10,12 @@ import re
 import pytest
 from depthbench.modeling.configuration_depthbench import DepthBenchConfig
 from depthbench.modeling.modeling_depthbench import DepthBenchForCausalLM, DepthBenchModel
-from helpers import ARCH_IDS
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 import depthbench
 from depthbench import registry
+from tests.helpers import ARCH_IDS
 
 ARCH = pytest.mark.parametrize("arch_id", ARCH_IDS)
 

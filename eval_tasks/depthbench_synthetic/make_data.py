@@ -1,6 +1,6 @@
 """Regenerate the fixed multiple-choice data of the ``depthbench_synthetic`` lm-eval tasks.
 
-The task rows are instances of the four ``depthbench.synthetic`` families (pointer chasing, permutation
+The task rows are instances of the four ``depthbench.data.synthetic`` families (pointer chasing, permutation
 composition, arithmetic mod 10, variable chains), each turned into a 4-way multiple-choice item: the correct
 answer plus three distinct distractors of the same kind, in a seeded random order.  The output is
 deterministic (same bytes on every run and platform; ``random.Random`` with string seeds is stable), so the
@@ -10,7 +10,7 @@ JSONL files are committed and this script only documents and checks how they wer
     python eval_tasks/depthbench_synthetic/make_data.py --check    # exit 1 if the committed files differ
 
 Seeds.  Test instances of family ``f`` come from ``generate_examples(..., seed=f"{TEST_SEED}-{f}-{batch}")``
-and dev instances from ``DEV_SEED`` in the same way; the demo corpus (``depthbench.synthetic.build_demo_corpus``)
+and dev instances from ``DEV_SEED`` in the same way; the demo corpus (``depthbench.data.synthetic.build_demo_corpus``)
 uses the integer seed ``0`` for training and ``"0-eval-<batch>"`` for its held-out split, so the streams are
 unrelated.  A different seed alone does not keep an item out of the demo's training data (a 1-step arithmetic
 item has only 270 possible texts), so every instance whose text occurs in the demo's default training split
@@ -34,7 +34,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from depthbench.synthetic import TASKS, SyntheticExample, generate_examples
+from depthbench.data.synthetic import TASKS, SyntheticExample, generate_examples
 
 HERE = Path(__file__).resolve().parent
 DATA_DIR = HERE / "data"
@@ -79,7 +79,7 @@ def solve_trace(ex: SyntheticExample) -> list[str]:
     gives the "one hop too many" near misses.
 
     Args:
-        ex: A ``depthbench.synthetic`` instance.
+        ex: A ``depthbench.data.synthetic`` instance.
 
     Returns:
         The state strings, ``ex.steps + 1`` of them (``ex.steps + 3`` for ``pointer``).

@@ -13,7 +13,7 @@ A run file is YAML or JSON with up to six sections, each mapping onto one datacl
 Command-line overrides use dotted keys with YAML-parsed values: ``train.max_steps=100``,
 ``optim.betas=[0.9,0.99]``, ``model.fields.hidden_size=64``, ``track.wandb=true``. Unknown keys are an error that
 names the key and lists the valid ones (a typo never silently does nothing); keys of ``model.fields`` are checked
-against the architecture's config class when the model is built (``depthbench.train.build_model_config``).
+against the architecture's config class when the model is built (``depthbench.training.trainer.build_model_config``).
 Numbers must be finite everywhere in the tree (``optim.lr=inf`` or a ``NaN`` inside ``model.fields`` is an
 error naming the key).
 
@@ -37,6 +37,10 @@ from typing import Any
 
 import yaml
 
+COMPILE_SCOPES = ("layers", "model")
+"""What ``model.compile=true`` compiles (``depthbench.training.compiled.compile_model``): every decoder block on
+its own, or the whole forward as one graph."""
+
 
 class RunConfigError(ValueError):
     """A run file or override is invalid (the message names the offending key)."""
@@ -59,7 +63,7 @@ class ModelConfig:
     vocab_size: int | None = None  # None: the shape's / config file's, else the tokenizer's (must fit the tokenizer)
     attn_implementation: str = "sdpa"  # "sdpa" | "eager" | any registered attention backend
     gradient_checkpointing: bool = False
-    compile: bool = False  # torch.compile the model (depthbench.compiled.compile_model)
+    compile: bool = False  # torch.compile the model (depthbench.training.compiled.compile_model)
     compile_scope: str = "layers"  # "layers": each decoder block on its own (fast to compile) | "model": one graph
 
 
@@ -344,10 +348,8 @@ def validate_run_config(cfg: RunConfig) -> None:
     check(positive_int(c.keep_last), "checkpoint.keep_last", c.keep_last, "a positive integer")
     check(cfg.resume in (True, False, "auto"), "resume", cfg.resume, 'true, false or "auto"')
     check(not (cfg.resume is True and cfg.overwrite), "overwrite", cfg.overwrite, "false when resume is true")
-    from depthbench.compiled import SCOPES
-
-    check(cfg.model.compile_scope in SCOPES, "model.compile_scope", cfg.model.compile_scope,
-          f"one of {', '.join(SCOPES)}")
+    check(cfg.model.compile_scope in COMPILE_SCOPES, "model.compile_scope", cfg.model.compile_scope,
+          f"one of {', '.join(COMPILE_SCOPES)}")
     check(isinstance(cfg.model.fields, dict), "model.fields", cfg.model.fields, "a mapping of config fields")
     if isinstance(d.verify, bool):
         d.verify = "always" if d.verify else "off"

@@ -80,7 +80,7 @@ def measure(model, seq_len: int) -> dict:
             out["peak_bytes_per_token"] = (torch.cuda.max_memory_allocated() - base) / seq_len
             out["peak_method"] = "cuda max_memory_allocated"
         else:
-            from depthbench.bench import _proc_status_kb, _reset_peak_rss
+            from depthbench.bench.benchmark import _proc_status_kb, _reset_peak_rss
 
             if _reset_peak_rss():
                 before = _proc_status_kb("VmRSS")

@@ -16,7 +16,7 @@ architecture adds lives in its :class:`Translator` here, registered in :data:`TR
   (HC/mHC on OLMo-core's default block, AttnRes's block size), each a static method of its family's translator.
 
 A new architecture adds one line to :data:`TRANSLATORS` (``Translator(*block_names)`` when the format adds nothing
-else, ``Translator()`` when the study has no such block); ``tests/test_hub_convert.py`` checks that every registered
+else, ``Translator()`` when the study has no such block); ``tests/hub/test_convert.py`` checks that every registered
 architecture has one. Nothing here imports torch at module level.
 """
 

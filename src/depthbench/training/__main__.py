@@ -1,0 +1,7 @@
+"""``python -m depthbench.training ...`` = ``depthbench train ...`` (for ``torchrun`` and ``accelerate launch -m``)."""
+
+import sys
+
+from depthbench.training.trainer import main
+
+sys.exit(main())

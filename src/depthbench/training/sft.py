@@ -1,0 +1,326 @@
+"""``depthbench sft``: supervised fine-tuning on Commonsense170K (or any instruction rows) with ``Trainer``.
+
+    depthbench sft runs/demo/runs/hc__tiny-L4__lr0.003__s0 -o runs/hc-L4-sft                # Hub data (online)
+    depthbench sft CKPT --data commonsense_170k.json -o DIR --epochs 1 --max-samples 10000   # a local copy
+    depthbench sft CKPT --data rows.jsonl -o DIR --lr 5e-5 --global-batch-size 64 --micro-batch-size 8
+
+The study's recipe (arXiv 2609.32534, Sec. 6.4), all overridable:
+
+* Data: ``zwhe99/commonsense_170k`` (train split) by default, or a local JSON / JSONL file of rows with
+  ``instruction``, ``input`` (optional) and ``output``; shuffled with seed 42, optionally cut to ``--max-samples``.
+* Template (Alpaca): fields stripped; without an ``input`` the preamble "Below is an instruction that describes a
+  task. Write a response that appropriately completes the request."; with a non-empty ``input`` the preamble
+  "... a task, paired with an input that provides further context. Write a response ..." and a "### Input:"
+  section (the study's code uses both preambles; its README shows only the first).
+* Sequence = prompt tokens + response tokens + EOS (no special tokens added by the tokenizer); the loss is on the
+  response tokens and the EOS only (prompt labels are -100). Longer than ``--max-seq-len`` (512): the first 511
+  tokens are kept and EOS is forced at the end; a row whose prompt leaves no response token is an error.
+* Training: 3 epochs, global batch 128 sequences, micro-batch 16 (gradient accumulation makes up the rest), AdamW
+  (0.9, 0.95), eps 1e-8, weight decay 0.1, LR 1e-4, linear warmup over 3 % of the steps then linear decay to 0,
+  gradient clip 1.0, bf16 autocast on a bf16 GPU. Parameter groups come from ``depthbench.training.optim.param_groups``
+  (norm gains, biases and each architecture's special parameters are not decayed; the study decayed everything).
+  The loss is the mean over all supervised tokens of the global batch (Trainer's ``num_items_in_batch``), so
+  gradient accumulation is exact.
+
+The output folder is an ordinary checkpoint: weights, config with remote code (``auto_map``), tokenizer, a model
+card naming the base model, ``sft_config.json`` (the settings) and ``sft_summary.json`` (loss history, wall time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from depthbench import atomic
+
+PREAMBLE = ("Below is an instruction that describes a task. "
+            "Write a response that appropriately completes the request.")
+PREAMBLE_WITH_INPUT = ("Below is an instruction that describes a task, paired with an input that provides further "
+                       "context. Write a response that appropriately completes the request.")
+HUB_DATASET = "zwhe99/commonsense_170k"
+
+
+class SFTError(ValueError):
+    """Bad SFT input (row, tokenizer, settings); the message names the row/field and what is allowed."""
+
+
+# ============================================================================================ template and mask
+def format_prompt(instruction: str, input_text: str = "") -> str:
+    """The study's Alpaca prompt (fields stripped; the input section and its preamble only for a non-empty input)."""
+    instruction, input_text = instruction.strip(), (input_text or "").strip()
+    if input_text:
+        return (f"{PREAMBLE_WITH_INPUT}\n\n### Instruction:\n{instruction}\n\n### Input:\n{input_text}\n\n"
+                "### Response:\n")
+    return f"{PREAMBLE}\n\n### Instruction:\n{instruction}\n\n### Response:\n"
+
+
+def encode_example(tokenizer, row: dict[str, Any], max_seq_len: int = 512, index: int | None = None
+                   ) -> dict[str, list[int]]:
+    """``input_ids``, ``labels`` (-100 on the prompt) and ``attention_mask`` of one row.
+
+    Raises:
+        SFTError: A missing/non-string field, an empty instruction or output, or a prompt so long that no
+            response token survives truncation to ``max_seq_len``.
+    """
+    where = f"row {index}" if index is not None else "row"
+    for name in ("instruction", "output"):
+        if name not in row or row[name] is None:
+            raise SFTError(f"{where} has no field {name!r} (fields: {', '.join(map(repr, row)) or 'none'}); "
+                           "rows need 'instruction', 'output' and optionally 'input'")
+        if not isinstance(row[name], str):
+            raise SFTError(f"{where}: field {name!r} must be a string, got {type(row[name]).__name__}")
+        if not row[name].strip():
+            raise SFTError(f"{where}: field {name!r} is empty")
+    input_text = row.get("input") or ""
+    if not isinstance(input_text, str):
+        raise SFTError(f"{where}: field 'input' must be a string, got {type(input_text).__name__}")
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise SFTError("the tokenizer has no EOS token; set tokenizer.eos_token (SFT sequences end in EOS)")
+    prompt = tokenizer.encode(format_prompt(row["instruction"], input_text), add_special_tokens=False)
+    response = tokenizer.encode(row["output"].strip(), add_special_tokens=False)
+    ids = prompt + response + [eos]
+    labels = [-100] * len(prompt) + response + [eos]
+    if len(ids) > max_seq_len:
+        if len(prompt) >= max_seq_len - 1:
+            raise SFTError(f"{where}: the prompt is {len(prompt)} tokens, so no response token survives truncation "
+                           f"to --max-seq-len {max_seq_len} (first {max_seq_len - 1} tokens + EOS); raise "
+                           "--max-seq-len or drop the row")
+        ids = ids[: max_seq_len - 1] + [eos]
+        labels = labels[: max_seq_len - 1] + [eos]
+    return {"input_ids": ids, "labels": labels, "attention_mask": [1] * len(ids)}
+
+
+# ============================================================================================ settings
+@dataclass
+class SFTConfig:
+    """SFT settings; the defaults are the study's (Sec. 6.4)."""
+
+    checkpoint: str
+    output_dir: str
+    data: str = HUB_DATASET
+    max_samples: int | None = None
+    shuffle_seed: int = 42
+    max_seq_len: int = 512
+    epochs: float = 3.0
+    max_steps: int = -1
+    global_batch_size: int = 128
+    micro_batch_size: int = 16
+    lr: float = 1e-4
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    warmup_ratio: float = 0.03
+    grad_clip: float = 1.0
+    seed: int = 0
+    bf16: bool | None = None  # None: on a bf16-capable GPU
+    use_cpu: bool = False
+    trust_remote_code: bool = False
+    logging_steps: int = 10
+    report_to: list[str] = field(default_factory=lambda: ["none"])
+    overwrite: bool = False
+
+    def validate(self) -> None:
+        checks = [
+            (self.max_seq_len >= 2, f"--max-seq-len must be >= 2, got {self.max_seq_len}"),
+            (self.micro_batch_size >= 1, f"--micro-batch-size must be >= 1, got {self.micro_batch_size}"),
+            (self.global_batch_size >= self.micro_batch_size,
+             f"--global-batch-size {self.global_batch_size} is smaller than --micro-batch-size "
+             f"{self.micro_batch_size}"),
+            (self.lr > 0, f"--lr must be > 0, got {self.lr}"),
+            (0 <= self.warmup_ratio < 1, f"--warmup-ratio must be in [0, 1), got {self.warmup_ratio}"),
+            (self.epochs > 0 or self.max_steps > 0, "--epochs must be > 0 (or give --max-steps)"),
+            (self.max_samples is None or self.max_samples >= 1, f"--max-samples must be >= 1, got {self.max_samples}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise SFTError(message)
+
+    def grad_accum(self, world_size: int = 1) -> int:
+        per_step = self.micro_batch_size * world_size
+        if self.global_batch_size % per_step:
+            raise SFTError(f"--global-batch-size {self.global_batch_size} is not a multiple of --micro-batch-size "
+                           f"{self.micro_batch_size} x {world_size} process(es)")
+        return self.global_batch_size // per_step
+
+
+# ============================================================================================ data
+def load_rows(data: str, *, seed: int = 42, max_samples: int | None = None):
+    """The instruction rows as a ``datasets.Dataset``: a local ``.json``/``.jsonl`` file, or a Hub dataset id
+    (train split); shuffled with ``seed`` and cut to ``max_samples``."""
+    import datasets
+
+    path = Path(data)
+    if path.suffix in (".json", ".jsonl") or path.exists():
+        if not path.is_file():
+            raise SFTError(f"--data {data}: no such file (give a .json/.jsonl file or a Hub dataset id)")
+        if path.suffix not in (".json", ".jsonl"):
+            raise SFTError(f"--data {data}: local files must be .json (a list of rows) or .jsonl (one row per line)")
+        try:
+            ds = datasets.load_dataset("json", data_files={"train": str(path)}, split="train")
+        except Exception as exc:  # malformed JSON: name the file
+            raise SFTError(f"--data {data}: cannot read it as JSON/JSONL rows: {type(exc).__name__}: {exc}") from exc
+    else:
+        ds = datasets.load_dataset(data, split="train")
+    if len(ds) == 0:
+        raise SFTError(f"--data {data} has no rows")
+    ds = ds.shuffle(seed=seed)
+    if max_samples is not None:
+        ds = ds.select(range(min(max_samples, len(ds))))
+    return ds
+
+
+def tokenize_rows(ds, tokenizer, max_seq_len: int):
+    """``ds`` mapped through :func:`encode_example` (errors name the row's position after shuffling)."""
+    def encode(row, index):
+        return encode_example(tokenizer, row, max_seq_len, index)
+
+    return ds.map(encode, with_indices=True, remove_columns=ds.column_names, desc="tokenizing")
+
+
+# ============================================================================================ model card
+def write_sft_card(out_dir: str | os.PathLike, base_model: str, data: str, summary: dict[str, Any]) -> Path:
+    """A model card (huggingface_hub ``ModelCard``) for the fine-tuned folder naming its base model and data."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    base = str(Path(base_model).resolve()) if Path(base_model).exists() else base_model
+    data_card = ModelCardData(library_name="transformers", pipeline_tag="text-generation", base_model=None
+                              if Path(base_model).exists() else base_model,
+                              datasets=[data] if not Path(data).exists() else None, tags=["depthbench", "sft"],
+                              model_name=Path(out_dir).resolve().name)
+    body = ("---\n{{ card_data }}\n---\n\n# {{ model_name }}\n\nSupervised fine-tune of `{{ base }}` with "
+            "`depthbench sft` (the DepthBench study's Commonsense170K recipe, arXiv 2609.32534 Sec. 6.4) on "
+            "`{{ data }}`: {{ rows }} rows, {{ epochs }} epoch(s), {{ steps }} optimizer steps, final training loss "
+            "{{ loss }}.\n\nSettings: `sft_config.json`; loss history: `sft_summary.json`.\n")
+    card = ModelCard.from_template(data_card, template_str=body, model_name=data_card.model_name, base=base,
+                                   data=data, rows=summary.get("rows"), epochs=summary.get("epochs"),
+                                   steps=summary.get("steps"), loss=summary.get("final_train_loss"))
+    path = Path(out_dir) / "README.md"
+    card.save(str(path))
+    return path
+
+
+# ============================================================================================ training
+def run_sft(cfg: SFTConfig, log=print) -> dict[str, Any]:
+    """Fine-tune ``cfg.checkpoint`` on ``cfg.data`` and save a checkpoint into ``cfg.output_dir``; returns the
+    summary (also written to ``sft_summary.json``)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq, Trainer, TrainingArguments
+
+    import depthbench  # noqa: F401  (registers the architectures)
+    from depthbench.evaluation.harness import resolve_model_dir
+    from depthbench.training.optim import param_groups
+
+    cfg.validate()
+    out = Path(cfg.output_dir)
+    if (out / "config.json").exists() and not cfg.overwrite:
+        raise SFTError(f"{out} already holds a model; choose another -o or pass --overwrite")
+    model_id = resolve_model_dir(cfg.checkpoint)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=cfg.trust_remote_code)
+    except (OSError, ValueError, TypeError) as exc:
+        raise SFTError(f"checkpoint {model_id} has no loadable tokenizer ({type(exc).__name__}); save the "
+                       "tokenizer into the folder (tokenizer.save_pretrained)") from exc
+    if tokenizer.eos_token_id is None:
+        raise SFTError(f"the tokenizer of {model_id} has no EOS token; set tokenizer.eos_token and save it again")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token  # padded positions carry label -100 and attention mask 0
+    rows = load_rows(cfg.data, seed=cfg.shuffle_seed, max_samples=cfg.max_samples)
+    train = tokenize_rows(rows, tokenizer, cfg.max_seq_len)
+    cuda = torch.cuda.is_available() and not cfg.use_cpu
+    bf16 = cfg.bf16 if cfg.bf16 is not None else bool(cuda and torch.cuda.is_bf16_supported())
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    model = AutoModelForCausalLM.from_pretrained(model_id, dtype=torch.float32,
+                                                 trust_remote_code=cfg.trust_remote_code)
+    groups = param_groups(model, lr=cfg.lr, weight_decay=cfg.weight_decay, eps=cfg.eps, betas=tuple(cfg.betas))
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr)
+    args = TrainingArguments(
+        output_dir=str(out), num_train_epochs=cfg.epochs, max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.micro_batch_size, gradient_accumulation_steps=cfg.grad_accum(world),
+        learning_rate=cfg.lr, weight_decay=cfg.weight_decay, adam_beta1=cfg.betas[0], adam_beta2=cfg.betas[1],
+        adam_epsilon=cfg.eps, lr_scheduler_type="linear", warmup_steps=cfg.warmup_ratio, max_grad_norm=cfg.grad_clip,
+        bf16=bf16, use_cpu=not cuda, seed=cfg.seed, logging_steps=cfg.logging_steps, save_strategy="no",
+        report_to=cfg.report_to, dataloader_num_workers=0, remove_unused_columns=False,
+    )
+    collator = DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100, padding=True)
+    trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=collator,
+                      optimizers=(optimizer, None))
+    log(f"sft: {model_id} on {cfg.data}: {len(train):,} rows, global batch {cfg.global_batch_size} "
+        f"(micro {cfg.micro_batch_size} x GA {cfg.grad_accum(world)} x {world} process(es)), lr {cfg.lr}")
+    t0 = time.time()
+    result = trainer.train()
+    wall = time.time() - t0
+    out.mkdir(parents=True, exist_ok=True)
+    trainer.save_model(str(out))
+    tokenizer.save_pretrained(str(out))
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    summary = {
+        "base_model": model_id, "data": cfg.data, "rows": len(train), "epochs": cfg.epochs,
+        "steps": trainer.state.global_step, "train_loss": result.training_loss,
+        "final_train_loss": losses[-1] if losses else result.training_loss,
+        "supervised_tokens": int(sum(sum(1 for t in lab if t != -100) for lab in train["labels"])),
+        "wall_time_s": round(wall, 2), "log_history": trainer.state.log_history,
+    }
+    atomic.write_json(str(out / "sft_config.json"), asdict(cfg))
+    atomic.write_json(str(out / "sft_summary.json"), summary)
+    write_sft_card(out, model_id, cfg.data, summary)
+    log(f"sft: {summary['steps']} steps in {wall:.1f}s, final loss {summary['final_train_loss']:.4f}; saved to {out}")
+    return summary
+
+
+# ============================================================================================ CLI
+def config_from_args(args: argparse.Namespace) -> SFTConfig:
+    return SFTConfig(
+        checkpoint=args.checkpoint, output_dir=args.output, data=args.data, max_samples=args.max_samples,
+        shuffle_seed=args.shuffle_seed, max_seq_len=args.max_seq_len, epochs=args.epochs, max_steps=args.max_steps,
+        global_batch_size=args.global_batch_size, micro_batch_size=args.micro_batch_size, lr=args.lr,
+        weight_decay=args.weight_decay, betas=(args.beta1, args.beta2), eps=args.eps, warmup_ratio=args.warmup_ratio,
+        grad_clip=args.grad_clip, seed=args.seed, bf16={"auto": None, "yes": True, "no": False}[args.bf16],
+        use_cpu=args.cpu, trust_remote_code=args.trust_remote_code, logging_steps=args.logging_steps,
+        report_to=[r for r in args.report_to.split(",") if r], overwrite=args.overwrite,
+    )
+
+
+def _cmd_sft(args: argparse.Namespace) -> int:
+    run_sft(config_from_args(args))
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    """Add ``depthbench sft``."""
+    d = SFTConfig("", "")
+    p = subparsers.add_parser(
+        "sft", help="supervised fine-tuning (Commonsense170K recipe) with transformers.Trainer",
+        description="Fine-tune a checkpoint (any depthbench architecture or HF causal LM) with transformers.Trainer "
+                    "on instruction rows (instruction, input, output) with the study's Alpaca template, response-"
+                    "only loss and recipe; the output folder is a normal checkpoint.")
+    p.add_argument("checkpoint", help="model folder, run folder (uses final/) or Hub id")
+    p.add_argument("-o", "--output", required=True, help="output folder (refused if it holds a model, unless "
+                                                         "--overwrite)")
+    p.add_argument("--data", default=d.data, help=f"local .json/.jsonl file or Hub dataset id (default {d.data})")
+    p.add_argument("--max-samples", type=int, default=None, help="use the first N rows after shuffling")
+    p.add_argument("--shuffle-seed", type=int, default=d.shuffle_seed, help="data shuffle seed (default 42)")
+    p.add_argument("--max-seq-len", type=int, default=d.max_seq_len, help="tokens per sequence (default 512)")
+    p.add_argument("--epochs", type=float, default=d.epochs, help="epochs (default 3)")
+    p.add_argument("--max-steps", type=int, default=d.max_steps, help="optimizer steps; overrides --epochs if > 0")
+    p.add_argument("--global-batch-size", type=int, default=d.global_batch_size, help="sequences per step (128)")
+    p.add_argument("--micro-batch-size", type=int, default=d.micro_batch_size, help="per device (default 16)")
+    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (default 1e-4)")
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW weight decay (default 0.1)")
+    p.add_argument("--beta1", type=float, default=d.betas[0], help="AdamW beta1 (default 0.9)")
+    p.add_argument("--beta2", type=float, default=d.betas[1], help="AdamW beta2 (default 0.95)")
+    p.add_argument("--eps", type=float, default=d.eps, help="AdamW epsilon (default 1e-8)")
+    p.add_argument("--warmup-ratio", type=float, default=d.warmup_ratio, help="linear warmup fraction (0.03)")
+    p.add_argument("--grad-clip", type=float, default=d.grad_clip, help="max gradient norm (default 1.0)")
+    p.add_argument("--seed", type=int, default=d.seed, help="training seed (default 0)")
+    p.add_argument("--bf16", choices=["auto", "yes", "no"], default="auto", help="bf16 autocast (auto: bf16 GPU)")
+    p.add_argument("--cpu", action="store_true", help="train on the CPU even when a GPU is present")
+    p.add_argument("--logging-steps", type=int, default=d.logging_steps, help="log every N steps (default 10)")
+    p.add_argument("--report-to", default="none", help="Trainer trackers, comma-separated (default none)")
+    p.add_argument("--trust-remote-code", action="store_true", help="for checkpoints of other libraries' models")
+    p.add_argument("--overwrite", action="store_true", help="replace a model already in --output")
+    p.set_defaults(func=_cmd_sft)

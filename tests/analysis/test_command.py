@@ -1,0 +1,122 @@
+"""``depthbench analyze``: a saved checkpoint with token shards or a text file, pruning by an lm-eval task through
+lm-eval's ``HFLM``, and a sweep folder (every run, resumable, comparison figures, the report section).
+
+Run with ``python -m pytest tests/analysis/test_command.py -q``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import depthbench
+from depthbench.cli import main
+from tests.helpers import REPO_ROOT, TINY_FIELDS, make_train_data
+
+REPO = REPO_ROOT
+COMMON = ["--num-samples", "4", "--seq-len", "16", "--micro-batch-size", "2", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    """A sweep folder with two architectures at two depths (saved checkpoints + tokenizer) and its data."""
+    from transformers import AutoTokenizer
+
+    root = tmp_path_factory.mktemp("analysis_sweep")
+    data = make_train_data(root / "data")
+    tok = AutoTokenizer.from_pretrained(str(data / "tokenizer"))
+    out = root / "sweep"
+    for arch in ("pre_ln", "hc"):
+        for depth in (2, 3):
+            torch.manual_seed(depth)
+            fields = {**TINY_FIELDS, "num_hidden_layers": depth, "vocab_size": len(tok)}
+            model = depthbench.build_model(arch, **fields)
+            final = out / "runs" / f"{arch}__tiny-L{depth}__lr0.003__s0" / "final"
+            model.save_pretrained(final)
+            tok.save_pretrained(final)
+    (out / "sweep.json").write_text(json.dumps({"spec": {"base": {"data": {"data_dir": str(data)}}}}))
+    (out / "report.md").write_text("# Sweep report\n\nearlier content\n")
+    return out
+
+
+def _ckpt(sweep: Path, arch: str = "pre_ln", depth: int = 2) -> Path:
+    return sweep / "runs" / f"{arch}__tiny-L{depth}__lr0.003__s0" / "final"
+
+
+def test_analyze_checkpoint_with_token_shards_and_text(sweep, tmp_path):
+    data = sweep.parent / "data"
+    out = tmp_path / "out"
+    assert main(["analyze", str(_ckpt(sweep)), "--metrics", "angular,logit_lens,token_collapse", "--data", str(data),
+                 "-o", str(out), *COMMON]) == 0
+    for metric in ("angular", "logit_lens", "token_collapse"):
+        payload = json.loads((out / f"{metric}.json").read_text())
+        assert payload["settings"]["model"] == str(_ckpt(sweep))
+        assert payload["settings"]["windows"]["split"] == "eval"
+        assert (out / f"{metric}.csv").stat().st_size > 0 and (out / f"{metric}.png").stat().st_size > 0
+    assert json.loads((out / "logit_lens.json").read_text())["values"]["kl_to_final"][-1] == 0.0
+    text = tmp_path / "docs.txt"
+    text.write_text("\n".join(f"document {i}: the cat sat on the mat and the dog sat on the log " * 3
+                              for i in range(6)) + "\n")
+    assert main(["analyze", str(_ckpt(sweep, "hc")), "--metrics", "causal", "--data", str(text), "-o",
+                 str(tmp_path / "text"), *COMMON]) == 0
+    values = json.loads((tmp_path / "text" / "causal.json").read_text())["values"]
+    assert len(values["matrix"]) == 2 and values["matrix"][0][1] is not None
+
+
+def test_analyze_rejects_unknown_metric(sweep, capsys):
+    assert main(["analyze", str(_ckpt(sweep)), "--metrics", "angular,bogus", "--data", "x"]) == 2
+    assert "unknown metric 'bogus'" in capsys.readouterr().err
+
+
+def test_pruning_by_lm_eval_task_through_hflm(sweep, tmp_path):
+    import lm_eval.evaluator
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    include = str(REPO / "eval_tasks" / "depthbench_synthetic")
+    task = "depthbench_synthetic_mc_pointer"
+    out = tmp_path / "prune"
+    assert main(["analyze", str(_ckpt(sweep)), "--metrics", "pruning", "--data", str(sweep.parent / "data"),
+                 "--task", task, "--include-path", include, "--limit", "4", "-o", str(out), *COMMON]) == 0
+    values = json.loads((out / "pruning.json").read_text())["values"]
+    assert values["signal"] == f"lm_eval:{task}" and values["metric"] == "acc_norm"
+    # the same score by hand: lm-eval's HFLM on the model with block 1 skipped
+    model = AutoModelForCausalLM.from_pretrained(str(_ckpt(sweep)), dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(str(_ckpt(sweep)))
+    lm = HFLM(pretrained=model, tokenizer=tok, batch_size=8, backend="causal")
+    add_env_info, lm_eval.evaluator.add_env_info = lm_eval.evaluator.add_env_info, lambda storage: None
+    try:
+        with model.skip_block(1):
+            manager = TaskManager(include_path=include, include_defaults=False)
+            res = simple_evaluate(model=lm, tasks=[task], task_manager=manager, limit=4, bootstrap_iters=0)
+    finally:
+        lm_eval.evaluator.add_env_info = add_env_info
+    assert values["pruned"][1] == pytest.approx(res["results"][task]["acc_norm,none"])
+    assert values["delta"][1] == pytest.approx(values["pruned"][1] - values["base"])
+
+
+def test_analyze_sweep_is_resumable_and_writes_comparisons(sweep):
+    args = ["analyze", str(sweep), "--metrics", "causal,permutation,logit_lens", *COMMON]
+    assert main(args) == 0
+    runs = sorted(os.listdir(sweep / "runs"))
+    for run in runs:
+        for metric in ("causal", "permutation", "logit_lens"):
+            assert (sweep / "analysis" / run / f"{metric}.json").is_file()
+    assert (sweep / "analysis_late_fractions.png").stat().st_size > 0
+    assert (sweep / "analysis_logit_lens.png").stat().st_size > 0
+    report = (sweep / "report.md").read_text()
+    assert report.startswith("# Sweep report") and "earlier content" in report
+    assert report.count("## Layer analyses") == 1 and "causal.late_fraction_above" in report
+    first = sweep / "analysis" / runs[0] / "causal.json"
+    stamp = first.stat().st_mtime_ns
+    assert main(args) == 0  # resumed: nothing recomputed, section replaced not duplicated
+    assert first.stat().st_mtime_ns == stamp
+    assert (sweep / "report.md").read_text().count("## Layer analyses") == 1
+    summary = (sweep / "analysis" / "summary.csv").read_text()
+    assert "permutation,late_fraction_above" in summary

@@ -1,0 +1,234 @@
+"""``depthbench eval``: one checkpoint, a sweep folder, the model card, and bad input.
+
+A tiny random ``pre_ln`` checkpoint (tokenizer trained on the fixture texts) is evaluated through the real command
+line (``depthbench.cli.main``) on two offline tasks: ``depthbench_nll_gsm8k`` (hand-written fixture rows via
+``--data-dir``) and ``depthbench_synthetic_mc_pointer``. Checked: lm-eval's results JSON and the markdown table
+are written, the model card's ``model-index`` round-trips through huggingface_hub with the same numbers, a rerun
+skips finished tasks, a failing task keeps what was finished, unknown tasks / missing tokenizers / tokenizers
+without EOS are clear errors; a two-run sweep folder gets per-run results, ``eval_results.csv``, the domain-NLL plot
+and its report section.
+
+Run it with ``python -m pytest tests/evaluation/test_eval_command.py -q``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+from depthbench.cli import main  # noqa: E402
+from tests.helpers import FIXTURES_DIR, REPO_ROOT
+
+FIXTURES = FIXTURES_DIR / "depthbench_nll"
+SYNTH = REPO_ROOT / "eval_tasks" / "depthbench_synthetic" / "data" / "test.jsonl"
+TASKS = "depthbench_nll_gsm8k,depthbench_synthetic_mc_pointer"
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from depthbench.data import make_tiny_tokenizer
+
+    texts = [line for p in sorted(FIXTURES.iterdir()) if p.suffix != ".md" for line in p.read_text().splitlines()]
+    texts += SYNTH.read_text().splitlines()[:200]
+    return make_tiny_tokenizer(texts, vocab_size=300)
+
+
+def _checkpoint(path: Path, tokenizer, layers: int = 2, width: int = 32, arch: str = "pre_ln") -> Path:
+    import depthbench
+
+    torch.manual_seed(layers)
+    model = depthbench.build_model(arch, vocab_size=320, hidden_size=width, intermediate_size=64,
+                                   num_hidden_layers=layers, num_attention_heads=4, max_position_embeddings=256)
+    model.save_pretrained(path)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def evaluated(tokenizer, tmp_path_factory):
+    ckpt = _checkpoint(tmp_path_factory.mktemp("eval") / "ckpt", tokenizer)
+    code = main(["eval", str(ckpt), "--tasks", TASKS, "--limit", "4", "--data-dir", str(FIXTURES),
+                 "--batch-size", "4", "--device", "cpu"])
+    assert code == 0
+    return ckpt
+
+
+def test_results_files_and_model_card(evaluated):
+    from huggingface_hub import ModelCard
+
+    results = json.loads((evaluated / "eval" / "results.json").read_text())
+    gsm8k = results["results"]["depthbench_nll_gsm8k"]
+    pointer = results["results"]["depthbench_synthetic_mc_pointer"]
+    assert gsm8k["nll,none"] > 0 and gsm8k["target_tokens,none"] > 0
+    assert abs(gsm8k["ppl,none"] - torch.tensor(gsm8k["nll,none"]).exp().item()) < 1e-3 * gsm8k["ppl,none"]
+    assert results["n-samples"]["depthbench_nll_gsm8k"]["effective"] == 2  # the fixture has 2 rows (< limit)
+    assert results["n-samples"]["depthbench_synthetic_mc_pointer"]["effective"] == 4
+    assert 0.0 <= pointer["acc,none"] <= 1.0
+    assert results["limits"]["depthbench_nll_gsm8k"] == 4
+    table = (evaluated / "eval" / "results.md").read_text()
+    assert f"| depthbench_nll_gsm8k | nll | {gsm8k['nll,none']:.4f} | 2 |" in table
+    assert f"| depthbench_synthetic_mc_pointer | acc | {pointer['acc,none']:.4f} | 4 |" in table
+    card = ModelCard.load(evaluated / "README.md")
+    entries = {(e.dataset_name, e.metric_type): e for e in card.data.eval_results}
+    assert entries[("depthbench_nll_gsm8k", "nll")].metric_value == pytest.approx(gsm8k["nll,none"])
+    assert entries[("depthbench_nll_gsm8k", "nll")].dataset_type == "openai/gsm8k"
+    assert entries[("depthbench_synthetic_mc_pointer", "acc")].metric_value == pytest.approx(pointer["acc,none"])
+    assert "model-index" in (evaluated / "README.md").read_text()
+
+
+def test_rebuilt_card_keeps_recorded_results(evaluated, tmp_path):
+    """Rebuilding the export's card (what publishing and checkpoint exports do) keeps the results that
+    ``depthbench eval`` recorded in it."""
+    from huggingface_hub import ModelCard
+
+    from depthbench.hub.cards import card_files, write_card
+
+    export = tmp_path / "export"
+    shutil.copytree(evaluated, export)
+    recorded = {(e.dataset_name, e.metric_type): e.metric_value
+                for e in ModelCard.load(export / "README.md").data.eval_results}
+    assert ("depthbench_nll_gsm8k", "nll") in recorded
+    write_card(str(export))
+    rebuilt = {(e.dataset_name, e.metric_type): e.metric_value
+               for e in ModelCard.load(export / "README.md").data.eval_results}
+    assert rebuilt == recorded
+    published = card_files(str(export), None, "aspect-ratio-scaling/m")["README.md"].decode()
+    assert "depthbench_nll_gsm8k" in published and "How to load" in (export / "README.md").read_text()
+
+
+def test_rerun_skips_finished_tasks(evaluated, capsys):
+    before = (evaluated / "eval" / "results.json").read_text()
+    assert main(["eval", str(evaluated), "--tasks", TASKS, "--limit", "4", "--data-dir", str(FIXTURES)]) == 0
+    assert "already in" in capsys.readouterr().out
+    assert (evaluated / "eval" / "results.json").read_text() == before
+
+
+def test_model_card_update_keeps_other_content(tmp_path):
+    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+    from depthbench.evaluation.harness import record_in_model_card
+
+    old = EvalResult(task_type="text-generation", dataset_type="x/other", dataset_name="other_task",
+                     metric_type="acc", metric_value=0.5)
+    stale = EvalResult(task_type="text-generation", dataset_type="openai/gsm8k", dataset_name="depthbench_nll_gsm8k",
+                       metric_type="nll", metric_value=9.0)
+    card = ModelCard.from_template(ModelCardData(model_name="m", eval_results=[old, stale]),
+                                   template_str="---\n{{ card_data }}\n---\n\n# m\n\nHand-written text.\n")
+    card.save(str(tmp_path / "README.md"))
+    results = {"results": {"depthbench_nll_gsm8k": {"nll,none": 2.5, "ppl,none": 12.18}},
+               "configs": {"depthbench_nll_gsm8k": {"dataset_kwargs": {"source": "gsm8k"}}}}
+    record_in_model_card(tmp_path / "README.md", results, "m")
+    text = (tmp_path / "README.md").read_text()
+    assert "Hand-written text." in text
+    entries = {(e.dataset_name, e.metric_type): e.metric_value for e in ModelCard.load(tmp_path / "README.md").data
+               .eval_results}
+    assert entries == {("other_task", "acc"): 0.5, ("depthbench_nll_gsm8k", "nll"): 2.5,
+                       ("depthbench_nll_gsm8k", "ppl"): 12.18}
+
+
+def test_token_weighted_groups_by_hand():
+    from depthbench.evaluation.harness import add_token_weighted_groups
+
+    results = {"results": {
+        "a": {"nll,none": 2.0, "bits_per_byte,none": 1.0, "target_tokens,none": 10, "target_bytes,none": 30},
+        "b": {"nll,none": 4.0, "bits_per_byte,none": 3.0, "target_tokens,none": 30, "target_bytes,none": 10},
+        "c": {"acc,none": 0.5}},
+        "group_subtasks": {"ab": ["a", "b"], "abc": ["a", "b", "c"], "outer": ["ab"]}}
+    assert add_token_weighted_groups(results) == ["ab", "outer"]  # "abc" has a member without NLL metrics
+    row = results["results"]["ab"]
+    assert row["nll,none"] == pytest.approx((2.0 * 10 + 4.0 * 30) / 40)  # 3.5, not the task mean 3.0
+    assert row["bits_per_byte,none"] == pytest.approx((1.0 * 30 + 3.0 * 10) / 40)
+    assert row["ppl,none"] == pytest.approx(torch.tensor(3.5).exp().item())
+    assert results["results"]["outer"]["nll,none"] == row["nll,none"]
+
+
+# ------------------------------------------------------------------------------------------------------ bad input
+def test_unknown_task_is_an_error_and_writes_nothing(tokenizer, tmp_path, capsys):
+    ckpt = _checkpoint(tmp_path / "ckpt", tokenizer)
+    assert main(["eval", str(ckpt), "--tasks", "depthbench_nll_gsm9k", "--limit", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown task(s) 'depthbench_nll_gsm9k'" in err and "depthbench_nll" in err
+    assert not (ckpt / "eval").exists() and not (ckpt / "README.md").exists()
+
+
+def test_checkpoint_without_tokenizer_or_eos(tokenizer, tmp_path, capsys):
+    bare = _checkpoint(tmp_path / "bare", None)
+    assert main(["eval", str(bare), "--tasks", "depthbench_synthetic_mc_pointer", "--limit", "2"]) == 2
+    assert "has no loadable tokenizer" in capsys.readouterr().err
+    no_eos = _checkpoint(tmp_path / "no_eos", tokenizer)
+    config = json.loads((no_eos / "tokenizer_config.json").read_text())
+    config["eos_token"] = None
+    (no_eos / "tokenizer_config.json").write_text(json.dumps(config))
+    assert main(["eval", str(no_eos), "--tasks", "depthbench_synthetic_mc_pointer", "--limit", "2"]) == 2
+    assert "has no EOS token" in capsys.readouterr().err
+
+
+def test_failing_task_keeps_finished_results(tokenizer, tmp_path, capsys):
+    from depthbench.evaluation.harness import EvalError, evaluate_checkpoint
+
+    ckpt = _checkpoint(tmp_path / "ckpt", tokenizer)
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(FIXTURES / "gsm8k.jsonl", data / "gsm8k.jsonl")
+    broken = [json.loads(line) for line in (FIXTURES / "sciq.jsonl").read_text().splitlines()]
+    del broken[1]["support"]
+    (data / "sciq.jsonl").write_text("".join(json.dumps(r) + "\n" for r in broken))
+    # sciq fails on a bad row, gsm8k after it still runs, math500 fails too (no local copy): both errors reported
+    with pytest.raises(EvalError, match=r"(?s)depthbench_nll_sciq failed.*row 1 .*no field 'support'.*"
+                                        r"depthbench_nll_math500 failed.*no local copy"):
+        evaluate_checkpoint(str(ckpt), ["depthbench_nll_sciq", "depthbench_nll_gsm8k", "depthbench_nll_math500"],
+                            data_dir=str(data), limit=2, device="cpu", log=lambda *a: None)
+    kept = json.loads((ckpt / "eval" / "results.json").read_text())
+    assert "depthbench_nll_gsm8k" in kept["results"]
+    assert "depthbench_nll_sciq" not in kept["results"] and "depthbench_nll_math500" not in kept["results"]
+    # a later failing run does not delete what was finished
+    with pytest.raises(EvalError, match="depthbench_nll_math500 failed"):
+        evaluate_checkpoint(str(ckpt), ["depthbench_nll_math500"], data_dir=str(data), limit=2, device="cpu",
+                            log=lambda *a: None)
+    assert json.loads((ckpt / "eval" / "results.json").read_text())["results"].keys() == kept["results"].keys()
+
+
+# ------------------------------------------------------------------------------------------------------ sweeps
+def test_sweep_folder(tokenizer, tmp_path):
+    from depthbench.evaluation.harness import evaluate_sweep
+
+    sweep = tmp_path / "sweep"
+    (sweep / "runs").mkdir(parents=True)
+    (sweep / "sweep.json").write_text("{}")
+    (sweep / "report.md").write_text("# Sweep\n\nexisting text\n")
+    for layers, width in ((2, 48), (4, 32)):
+        run = sweep / "runs" / f"pre_ln__tiny-L{layers}__lr0.003__s0"
+        _checkpoint(run / "final", tokenizer, layers=layers, width=width)
+        (run / "summary.json").write_text(json.dumps({"arch": "pre_ln", "status": "finished"}))
+    kwargs = dict(limit=2, data_dir=str(FIXTURES), device="cpu", log=lambda *a: None)
+    evaluate_sweep(str(sweep), ["depthbench_nll_coding"], **kwargs)
+    for run in (sweep / "runs").iterdir():
+        results = json.loads((run / "eval" / "results.json").read_text())
+        assert "nll,none" in results["results"]["depthbench_nll_coding"]  # token-weighted group row
+    assert (sweep / "domain_nll_vs_aspect_ratio.png").stat().st_size > 1000
+    report = (sweep / "report.md").read_text()
+    assert report.startswith("# Sweep\n\nexisting text") and "## Downstream evaluation" in report
+    assert "| arch | L2 | L4 |" in report and "**depthbench_nll_coding** `nll` (lower is better)" in report
+    csv_text = (sweep / "eval_results.csv").read_text()
+    assert csv_text.startswith("run,arch,L,d,aspect_ratio,task,metric,value")
+    assert "pre_ln,4,32,8.0,depthbench_nll_coding,nll," in csv_text
+    # resumable: a second call evaluates nothing and rewrites the section in place (not appended twice)
+    mtimes = {p: p.stat().st_mtime_ns for p in sweep.glob("runs/*/eval/results.json")}
+    evaluate_sweep(str(sweep), ["depthbench_nll_coding"], **kwargs)
+    assert {p: p.stat().st_mtime_ns for p in sweep.glob("runs/*/eval/results.json")} == mtimes
+    assert (sweep / "report.md").read_text().count("## Downstream evaluation") == 1
+
+
+def test_folder_that_is_not_a_checkpoint(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["eval", str(tmp_path / "empty"), "--tasks", "depthbench_synthetic_mc_pointer"]) == 2
+    assert "is neither a model folder (config.json) nor a run folder" in capsys.readouterr().err

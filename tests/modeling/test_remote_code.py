@@ -1,0 +1,243 @@
+"""Checkpoints are self-contained Hugging Face remote code (parametrized over the registry).
+
+``save_pretrained`` must write the weights, a ``config.json`` whose ``auto_map`` covers AutoConfig, AutoModel,
+AutoModelForCausalLM and the task heads, and copies of the ``modeling/*.py`` files, so that a user without
+depthbench installed loads the model with ``trust_remote_code=True``. The fresh-process check runs ONE subprocess
+for all architectures of the session (``import depthbench`` is blocked there and verified to fail) and the
+parametrized tests read its JSON.
+An AST check keeps every shipped file importable on the Hub (stdlib, torch, transformers, huggingface_hub and flat
+sibling imports only).
+
+Run it with ``python -m pytest tests/modeling/test_remote_code.py -q``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+from depthbench.registry import ARCHITECTURES
+from tests.helpers import ARCH_IDS, REPO_ROOT
+
+ARCH = pytest.mark.parametrize("arch_id", ARCH_IDS)
+MODELING_DIR = REPO_ROOT / "modeling"
+ALLOWED_TOP_LEVEL = {"torch", "transformers", "huggingface_hub", "__future__"} | set(sys.stdlib_module_names)
+
+# Runs in a fresh interpreter: blocks `import depthbench`, then loads every checkpoint of the manifest through the
+# three Auto classes with trust_remote_code=True and compares logits with the parent's reference.
+_CHILD = r'''
+import importlib.abc, json, sys
+
+
+class _BlockDepthbench(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "depthbench" or name.startswith("depthbench."):
+            raise ImportError(f"{name} is blocked: remote code must not need depthbench")
+        return None
+
+
+sys.meta_path.insert(0, _BlockDepthbench())
+try:
+    import depthbench  # noqa: F401
+    depthbench_blocked = False
+except ImportError:
+    depthbench_blocked = True
+
+import torch
+import transformers
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+torch.set_num_threads(1)
+HEADS = ("AutoModelForSequenceClassification", "AutoModelForTokenClassification", "AutoModelForQuestionAnswering")
+manifest, out_path = json.load(open(sys.argv[1])), sys.argv[2]
+results = {"depthbench_blocked": depthbench_blocked, "archs": {}}
+for arch_id, item in manifest.items():
+    entry = {}
+    try:
+        ref = torch.load(item["ref"])
+        config = AutoConfig.from_pretrained(item["path"], trust_remote_code=True)
+        base = AutoModel.from_pretrained(item["path"], trust_remote_code=True)
+        model = AutoModelForCausalLM.from_pretrained(item["path"], trust_remote_code=True).eval()
+        with torch.no_grad():
+            logits = model(input_ids=ref["input_ids"], use_cache=False).logits
+        ids = ref["input_ids"][:1, :4]
+        kw = dict(max_new_tokens=5, do_sample=False, pad_token_id=0, eos_token_id=None)
+        entry.update(
+            config_class=type(config).__module__ + "." + type(config).__name__,
+            model_class=type(base).__module__ + "." + type(base).__name__,
+            causal_lm_class=type(model).__module__ + "." + type(model).__name__,
+            model_type=config.model_type,
+            max_abs_diff=(logits.double() - ref["logits"].double()).abs().max().item(),
+            generate_cache_equal=bool(torch.equal(model.generate(ids, use_cache=True, **kw),
+                                                  model.generate(ids, use_cache=False, **kw))),
+        )
+        heads = {}
+        for auto_name in HEADS:  # task heads on the causal LM's decoder, loaded as remote code too
+            head = getattr(transformers, auto_name).from_pretrained(item["path"], trust_remote_code=True,
+                                                                    num_labels=2)
+            with torch.no_grad():
+                head(input_ids=ids)
+            decoder_equal = all(torch.equal(head.model.state_dict()[k], v)
+                                for k, v in model.model.state_dict().items())
+            heads[auto_name] = [type(head).__module__ + "." + type(head).__name__, decoder_equal]
+        entry.update(
+            heads=heads,
+            depthbench_loaded=any(m == "depthbench" or m.startswith("depthbench.") for m in sys.modules),
+        )
+    except Exception as exc:  # reported per architecture by the parent
+        entry["error"] = f"{type(exc).__name__}: {exc}"
+    results["archs"][arch_id] = entry
+json.dump(results, open(out_path, "w"))
+'''
+
+
+@pytest.fixture(scope="session")
+def remote_code_results(checkpoints, selected_arch_ids, tmp_path_factory) -> dict:
+    """Load every selected architecture's checkpoint in ONE fresh subprocess without depthbench; its JSON report."""
+    work = tmp_path_factory.mktemp("remote_code")
+    manifest = {}
+    for arch_id in selected_arch_ids:
+        ckpt = checkpoints.get(arch_id)
+        manifest[arch_id] = {"path": str(ckpt.path), "ref": str(ckpt.ref_path)}
+    (work / "manifest.json").write_text(json.dumps(manifest))
+    (work / "child.py").write_text(_CHILD)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
+    env.update(
+        HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_MODULES_CACHE=str(work / "modules"),
+        OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+    )
+    proc = subprocess.run(
+        [sys.executable, str(work / "child.py"), str(work / "manifest.json"), str(work / "results.json")],
+        cwd=work, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, f"remote-code subprocess failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return json.loads((work / "results.json").read_text())
+
+
+def _module_file(arch_id: str) -> str:
+    return ARCHITECTURES[arch_id].causal_lm.rsplit(".", 1)[0] + ".py"
+
+
+# ============================================================================================ saved files
+@ARCH
+def test_save_pretrained_writes_weights_auto_map_and_code(arch_id, checkpoints):
+    path = checkpoints.get(arch_id).path
+    assert (path / "model.safetensors").is_file()
+    config = json.loads((path / "config.json").read_text())
+    assert config["model_type"] == f"depthbench_{arch_id}"
+    auto_map = config.get("auto_map", {})
+    assert {"AutoConfig", "AutoModel", "AutoModelForCausalLM"} <= set(auto_map), auto_map
+    arch = ARCHITECTURES[arch_id]
+    assert auto_map["AutoModelForCausalLM"].endswith(arch.causal_lm_class.__name__)
+    assert auto_map["AutoModel"].endswith(arch.model_class.__name__)
+    assert auto_map["AutoConfig"].endswith(arch.config_class.__name__)
+    for target in auto_map.values():  # every class named in auto_map is defined in a copied file
+        module, class_name = target.rsplit(".", 1)
+        assert f"class {class_name}(" in (path / f"{module}.py").read_text(), target
+    for name in (_module_file(arch_id), "modeling_depthbench.py", "configuration_depthbench.py"):
+        assert (path / name).is_file(), f"{name} was not copied next to the weights"
+
+
+@ARCH
+def test_in_process_auto_classes_load_identically(arch_id, checkpoints):
+    ckpt = checkpoints.get(arch_id)
+    arch = ARCHITECTURES[arch_id]
+    assert type(AutoConfig.from_pretrained(ckpt.path)) is arch.config_class
+    assert type(AutoModel.from_pretrained(ckpt.path)) is arch.model_class
+    model, info = AutoModelForCausalLM.from_pretrained(ckpt.path, output_loading_info=True)
+    assert type(model) is arch.causal_lm_class
+    assert not any(info.values()), f"checkpoint does not round-trip cleanly: {info}"
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=ckpt.input_ids, use_cache=False).logits
+    assert torch.equal(logits, ckpt.logits)
+
+
+# ============================================================================================ fresh process
+def test_subprocess_cannot_import_depthbench(remote_code_results):
+    assert remote_code_results["depthbench_blocked"] is True
+
+
+@ARCH
+def test_trust_remote_code_in_fresh_process(arch_id, remote_code_results):
+    entry = remote_code_results["archs"][arch_id]
+    assert "error" not in entry, entry.get("error")
+    arch = ARCHITECTURES[arch_id]
+    for key, cls in (("config_class", arch.config_class), ("model_class", arch.model_class),
+                     ("causal_lm_class", arch.causal_lm_class)):
+        assert entry[key].startswith("transformers_modules."), entry[key]
+        assert entry[key].endswith("." + cls.__name__), entry[key]
+    assert entry["model_type"] == f"depthbench_{arch_id}"
+    assert not entry["depthbench_loaded"]
+    assert entry["max_abs_diff"] == 0.0, f"remote-code logits differ by {entry['max_abs_diff']}"
+    assert entry["generate_cache_equal"]
+    for auto_name, (class_path, decoder_equal) in entry["heads"].items():
+        assert class_path.startswith("transformers_modules."), class_path
+        assert class_path.endswith("." + arch.auto_classes[auto_name].__name__), class_path
+        assert decoder_equal, f"{auto_name} did not load the causal LM's decoder weights"
+
+
+# ============================================================================================ import allow-list
+def _import_violations(path: Path) -> list[str]:
+    """Imports in ``path`` that would break it as Hub remote code (one message per offending import)."""
+    problems = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found = [(0, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            found = [(node.level, node.module)]
+        else:
+            continue
+        for level, module in found:
+            where = f"{path.name}:{node.lineno}"
+            if level and module is None:
+                problems.append(f"{where}: 'from . import x' is not copied as remote code; use 'from .x import Y'")
+            elif level and (level != 1 or "." in module):
+                problems.append(f"{where}: only flat sibling imports ('from .x import Y') are copied")
+            elif level and not (path.parent / f"{module}.py").is_file():
+                problems.append(f"{where}: sibling {module}.py does not exist")
+            elif not level and module.split(".")[0] == "depthbench":
+                problems.append(f"{where}: remote code must not import depthbench")
+            elif not level and module.split(".")[0] not in ALLOWED_TOP_LEVEL:
+                problems.append(f"{where}: '{module}' is not stdlib/torch/transformers/huggingface_hub")
+    return problems
+
+
+@pytest.mark.parametrize("path", sorted(MODELING_DIR.glob("*.py")), ids=lambda p: p.name)
+def test_modeling_files_import_only_hub_safe_modules(path):
+    assert _import_violations(path) == []
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("from . import modeling_depthbench", "from . import"),
+        ("import depthbench.registry", "must not import depthbench"),
+        ("from depthbench import build_model", "must not import depthbench"),
+        ("from numpy import zeros", "'numpy' is not"),
+        ("from .sub.mod import X", "flat sibling"),
+        ("from .missing_sibling import X", "does not exist"),
+        ("def f():\n    import yaml", "'yaml' is not"),
+    ],
+)
+def test_import_allow_list_catches_bad_imports(tmp_path, source, expected):
+    path = tmp_path / "modeling_bad.py"
+    path.write_text(source + "\n")
+    problems = _import_violations(path)
+    assert len(problems) == 1 and expected in problems[0], problems
+
+
+def test_import_allow_list_accepts_good_imports(tmp_path):
+    (tmp_path / "modeling_sibling.py").write_text("")
+    path = tmp_path / "modeling_good.py"
+    path.write_text("import math\nimport torch.nn.functional as F\nfrom transformers import PreTrainedModel\n"
+                    "from huggingface_hub import hf_hub_download\nfrom .modeling_sibling import X\n")
+    assert _import_violations(path) == []

@@ -1,0 +1,433 @@
+"""Tests of ``depthbench sweep`` / ``depthbench report`` (``depthbench.sweeps.runner``): a tiny real sweep (2 archs x 2
+shapes x 2 learning rates, a few steps on a tiny prepared corpus), its result files and report, skipping finished
+runs, resuming an interrupted sweep, divergence, refusing another sweep's folder, bad inputs, ``--budget`` shapes,
+``--emit slurm`` (the script is executed with a stand-in ``accelerate``) and the ``report`` command.
+
+Run: ``python -m pytest tests/sweeps/test_sweep.py -q``
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import shlex
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from depthbench.cli import main as cli_main
+from depthbench.config import load_run_config, parse_override
+from depthbench.sweeps import report as report_mod
+from depthbench.sweeps import runner as sweep_mod
+from depthbench.sweeps.runner import SweepError, SweepSpec, collect_results, emit_slurm, run_sweep, write_report
+
+# The tiny grid's shapes with the width shrunk (model.fields win over the shape): every run takes ~1 s of compute.
+SMALL_FIELDS = ["model.fields.hidden_size=32", "model.fields.intermediate_size=64", "model.fields.head_dim=8",
+                "model.fields.vocab_size=300", "model.fields.max_position_embeddings=64"]
+BASE = {
+    "data": {"seq_len": 32, "eval_sequences": 4, "prefetch": 1},
+    "train": {"global_batch_size": 4, "micro_batch_size": 4, "max_steps": 3, "progress": False, "log_every": 1},
+    "checkpoint": {"hf_export": False, "hash_files": False},
+}
+ARCHS, SHAPES, LRS = ["pre_ln", "hc"], ["tiny-L2", "tiny-L4"], [1e-3, 3e-3]
+REQUIRED_COLUMNS = ["arch", "shape", "num_layers", "hidden_size", "aspect_ratio", "params_total", "lr", "seed",
+                    "tokens", "steps", "final_train_loss", "eval_loss", "eval_synthetic", "eval_text", "best_lr",
+                    "at_best_lr", "wall_time_s", "tokens_per_s", "status"]
+
+
+def make_spec(data_dir: Path, **kw) -> SweepSpec:
+    base = json.loads(json.dumps(BASE))
+    base["data"]["data_dir"] = str(data_dir)
+    if "steps" in kw:
+        base["train"]["max_steps"] = kw.pop("steps")
+    args = {"archs": ARCHS, "shapes": SHAPES, "lrs": LRS, "seeds": [0], "base": base, "overrides": SMALL_FIELDS,
+            "name": "test"}
+    return SweepSpec(**{**args, **kw})
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def summary_mtimes(out: Path) -> dict[str, int]:
+    return {p.parent.name: p.stat().st_mtime_ns for p in sorted(out.glob("runs/*/summary.json"))}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    """A small demo corpus (train, eval_text, eval_synthetic; 300-token BPE), built in a few seconds."""
+    from depthbench.data.synthetic import build_demo_corpus
+
+    path = tmp_path_factory.mktemp("sweep_data") / "data"
+    build_demo_corpus(str(path), synthetic_docs=600, eval_synthetic_docs=40, text_fraction=0.3, vocab_size=300)
+    return path
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(data_dir, tmp_path_factory) -> Path:
+    """The finished tiny sweep (8 runs); tests that modify it work on a copy."""
+    out = tmp_path_factory.mktemp("sweep") / "out"
+    logs: list[str] = []
+    rows = run_sweep(make_spec(data_dir), str(out), log=logs.append)
+    assert len(rows) == 8 and all(r["status"] == "finished" for r in rows), logs
+    return out
+
+
+def copy_sweep(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+# ================================================================================================ results
+def test_result_files_one_row_per_run_with_the_right_columns(sweep_dir, data_dir):
+    rows = read_csv(sweep_dir / "results.csv")
+    assert len(rows) == 8
+    assert set(REQUIRED_COLUMNS) <= set(rows[0]), set(REQUIRED_COLUMNS) - set(rows[0])
+    jsonl = [json.loads(line) for line in (sweep_dir / "results.jsonl").read_text().splitlines()]
+    assert len(jsonl) == 8
+    points = {(r["arch"], r["shape"], r["lr"], r["seed"]) for r in jsonl}
+    assert points == {(a, s, lr, 0) for a in ARCHS for s in SHAPES for lr in LRS}
+    for r in jsonl:
+        # the real model's shape (width overridden to 32), not the grid's nominal one
+        assert r["hidden_size"] == 32 and r["num_layers"] == int(r["shape"].split("-L")[1])
+        assert r["aspect_ratio"] == pytest.approx(32 / r["num_layers"])
+        assert r["tokens"] == 3 * 4 * 32 and r["steps"] == 3 and r["status"] == "finished"
+        assert r["wall_time_s"] > 0 and r["tokens_per_s"] > 0
+        for split in ("eval_synthetic", "eval_text"):
+            assert math.isfinite(r[split]) and r[split] > 0
+        assert r["eval_loss"] == pytest.approx((r["eval_synthetic"] + r["eval_text"]) / 2)
+        assert r["eval_synthetic"] != r["eval_text"]  # reported separately, not one number twice
+        # parameter count = the architecture's exact count at the real config (hc adds its connectors)
+        cfg = json.loads((Path(r["run_dir"]) / "run_config.json").read_text())["resolved"]
+        assert r["params_total"] == cfg["num_parameters"]
+    hc = {r["params_total"] for r in jsonl if r["arch"] == "hc"}
+    pre = {r["params_total"] for r in jsonl if r["arch"] == "pre_ln"}
+    assert min(hc) > max(pre) or hc.isdisjoint(pre)
+
+
+def test_best_learning_rate_is_marked_per_arch_and_shape(sweep_dir):
+    rows = collect_results(str(sweep_dir))
+    for arch in ARCHS:
+        for shape in SHAPES:
+            group = [r for r in rows if r["arch"] == arch and r["shape"] == shape]
+            assert len(group) == 2
+            best = min(group, key=lambda r: r["eval_loss"])
+            assert {r["best_lr"] for r in group} == {best["lr"]}
+            assert [r["at_best_lr"] for r in group].count(True) == 1 and best["at_best_lr"]
+    csv_rows = read_csv(sweep_dir / "results.csv")
+    assert sum(r["at_best_lr"] == "True" for r in csv_rows) == 4
+
+
+def test_report_md_and_plot(sweep_dir):
+    report = (sweep_dir / "report.md").read_text()
+    assert "![held-out loss vs aspect ratio](loss_vs_aspect_ratio.png)" in report
+    assert "## Loss change from the shallowest to the deepest shape" in report
+    rows = collect_results(str(sweep_dir))
+    for arch in ARCHS:
+        for metric in ("eval_synthetic", "eval_text", "eval_loss"):
+            pts = report_mod.best_points(rows, metric)[arch]
+            assert [p["num_layers"] for p in pts] == [2, 4]
+            change = pts[1]["mean"] - pts[0]["mean"]
+            line = (f"| {arch} | {report_mod.metric_label(metric)} | L2, 16.0 | L4, 8.0 | {pts[0]['mean']:.4f} \u2192 "
+                    f"{pts[1]['mean']:.4f} | {change:+.4f} |")
+            assert line in report, line
+    assert "8 of 8 runs finished" in report
+    assert report.count("\n| pre_ln | tiny-L") == 2 + 4  # best-LR table (2 shapes) + all runs (4)
+    png = (sweep_dir / "loss_vs_aspect_ratio.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_metric_order_and_labels():
+    rows = [{"eval_text": 1.0, "eval_synthetic": 2.0, "eval_loss": 1.5}]
+    assert report_mod.result_metrics(rows) == ["eval_synthetic", "eval_text", "eval_loss"]
+    assert report_mod.result_metrics([{"eval_heldout": 1.0, "eval_loss": 1.0}]) == ["eval_loss"]
+    assert report_mod._split_column("eval") == "eval_heldout"
+    assert report_mod._split_column("eval_text") == "eval_text" and report_mod._split_column("val") == "eval_val"
+
+
+# ================================================================================================ skip / resume
+def test_rerun_skips_finished_runs_without_training(sweep_dir, monkeypatch):
+    before = summary_mtimes(sweep_dir)
+    assert len(before) == 8
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr("depthbench.training.trainer.train", no_training)
+    logs: list[str] = []
+    rows = run_sweep(make_spec(Path(json.loads((sweep_dir / "sweep.json").read_text())["spec"]["base"]["data"]
+                                    ["data_dir"])), str(sweep_dir), log=logs.append)
+    assert len(rows) == 8
+    assert sum("finished earlier, skipped" in line for line in logs) == 8
+    assert summary_mtimes(sweep_dir) == before
+
+
+def test_interrupted_sweep_resumes_where_it_stopped(data_dir, tmp_path, monkeypatch):
+    from depthbench.training import trainer as train_mod
+
+    spec = make_spec(data_dir, archs=["pre_ln"], lrs=[2e-3], steps=4)
+    out = tmp_path / "out"
+    calls = {"n": 0}
+
+    def stop_after_two_steps(self):  # what SIGTERM/SIGINT does: checkpoint after the current step, then stop
+        calls["n"] += 1
+        return calls["n"] == 2
+
+    monkeypatch.setattr(train_mod._StopFlag, "requested", stop_after_two_steps)
+    logs: list[str] = []
+    run_sweep(spec, str(out), log=logs.append)
+    first = out / "runs" / "pre_ln__tiny-L2__lr0.002__s0"
+    assert json.loads((first / "summary.json").read_text())["status"] == "stopped"
+    assert json.loads((first / "summary.json").read_text())["steps"] == 2
+    assert not (out / "runs" / "pre_ln__tiny-L4__lr0.002__s0").exists()  # the sweep stopped with the run
+    assert any("sweep stopped" in line for line in logs)
+    assert "1 of 2 runs" not in (out / "report.md").read_text() and "0 of 2 runs finished" in (
+        out / "report.md").read_text()
+
+    monkeypatch.undo()
+    logs.clear()
+    rows = run_sweep(spec, str(out), log=logs.append)
+    assert any("pre_ln__tiny-L2__lr0.002__s0: resuming" in line for line in logs)
+    assert [r["status"] for r in rows] == ["finished", "finished"]
+    steps = [json.loads(line)["step"] for line in (first / "metrics.jsonl").read_text().splitlines()
+             if "train/loss" in line]
+    assert steps == [1, 2, 3, 4]  # continued from the step-2 checkpoint, not retrained from scratch
+    assert json.loads((first / "summary.json").read_text())["steps"] == 4
+
+
+def test_deleted_summary_is_resumed_and_others_untouched(sweep_dir, tmp_path):
+    out = copy_sweep(sweep_dir, tmp_path / "copy")
+    victim = out / "runs" / "hc__tiny-L4__lr0.001__s0"
+    (victim / "summary.json").unlink()
+    before = summary_mtimes(out)
+    spec = make_spec(Path(json.loads((out / "sweep.json").read_text())["spec"]["base"]["data"]["data_dir"]))
+    logs: list[str] = []
+    rows = run_sweep(spec, str(out), log=logs.append)
+    assert len(rows) == 8 and all(r["status"] == "finished" for r in rows)
+    assert sum("skipped" in line for line in logs) == 7
+    assert {k: v for k, v in summary_mtimes(out).items() if k != victim.name} == before
+
+
+def test_diverged_run_is_recorded_and_the_sweep_goes_on(data_dir, tmp_path, monkeypatch):
+    import torch
+
+    from depthbench.training import trainer as train_mod
+
+    real = train_mod._forward_loss
+    monkeypatch.setattr(train_mod, "_forward_loss", lambda model, ids: real(model, ids) * torch.nan)
+    spec = make_spec(data_dir, archs=["pre_ln"], shapes=["tiny-L2"], lrs=[1.0])
+    out = tmp_path / "out"
+    rows = run_sweep(spec, str(out), log=lambda *_: None)
+    assert [r["status"] for r in rows] == ["diverged"] and rows[0]["at_best_lr"] is False
+    monkeypatch.undo()
+    logs: list[str] = []
+    run_sweep(spec, str(out), log=logs.append)
+    assert any("diverged earlier, skipped" in line for line in logs)
+
+
+# ================================================================================================ bad input
+def test_a_different_definition_in_the_same_folder_is_refused(sweep_dir, data_dir):
+    files = {p: p.read_bytes() for p in sweep_dir.glob("*") if p.is_file()}
+    mtimes = summary_mtimes(sweep_dir)
+    for other in (make_spec(data_dir, lrs=[1e-3]), make_spec(data_dir, steps=5),
+                  make_spec(data_dir, overrides=SMALL_FIELDS[:-1])):
+        with pytest.raises(SweepError, match="different sweep definition.*nothing was overwritten"):
+            run_sweep(other, str(sweep_dir))
+        with pytest.raises(SweepError, match="different sweep definition"):
+            emit_slurm(other, str(sweep_dir))
+    assert {p: p.read_bytes() for p in sweep_dir.glob("*") if p.is_file()} == files
+    assert summary_mtimes(sweep_dir) == mtimes
+    assert not (sweep_dir / "sweep.slurm").exists()
+
+
+def test_a_runs_folder_without_sweep_json_is_refused(data_dir, tmp_path):
+    (tmp_path / "out" / "runs" / "something").mkdir(parents=True)
+    with pytest.raises(SweepError, match="no sweep.json"):
+        run_sweep(make_spec(data_dir), str(tmp_path / "out"))
+    assert not (tmp_path / "out" / "sweep.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"archs": ["pre_ln", "nope"]}, "unknown architecture 'nope'; valid architectures: pre_ln"),
+        ({"archs": []}, "no architecture given"),
+        ({"shapes": []}, "shape grid is empty"),
+        ({"shapes": ["nogrid-L4"]}, "unknown shape 'nogrid-L4'.*grid must be one of"),
+        ({"shapes": ["tiny-L5"]}, "unknown shape 'tiny-L5'.*one of \\[2, 4, 6, 8, 12, 16\\]"),
+        ({"lrs": []}, "no learning rate given"),
+        ({"lrs": [0.0]}, "learning rate 0.0 is not allowed: learning rates must be positive numbers"),
+        ({"lrs": [-1e-3]}, "learning rate -0.001 is not allowed"),
+        ({"lrs": [float("nan")]}, "learning rate nan is not allowed"),
+        ({"lrs": [float("inf")]}, "learning rate inf is not allowed"),
+        ({"lrs": ["1e-3"]}, "learning rate '1e-3' is not allowed"),
+        ({"lrs": [True]}, "learning rate True is not allowed"),
+        ({"seeds": []}, "seeds"),
+        ({"seeds": [0.5]}, "seeds"),
+    ],
+)
+def test_bad_definitions_raise_clear_errors(data_dir, kwargs, match):
+    with pytest.raises(SweepError, match=match):
+        make_spec(data_dir, **kwargs)
+
+
+def test_bad_run_overrides_and_missing_data_write_nothing(data_dir, tmp_path):
+    with pytest.raises(SweepError, match="invalid run config for pre_ln__tiny-L2.*unknown config key 'train.nope'"):
+        run_sweep(make_spec(data_dir, overrides=[*SMALL_FIELDS, "train.nope=1"]), str(tmp_path / "a"))
+    with pytest.raises(SweepError, match="is not a prepared data folder"):
+        run_sweep(make_spec(tmp_path / "missing"), str(tmp_path / "b"))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["--archs", "pre_ln,nope", "--grid", "tiny"], "unknown architecture 'nope'"),
+        (["--archs", "pre_ln", "--grid", "nope"], "grid='nope' is not allowed"),
+        (["--archs", "pre_ln", "--grid", "tiny", "--depths", "3"], "depth=3 is not allowed"),
+        (["--archs", "pre_ln", "--grid", "tiny", "--depths", ","], "--depths ',' is empty"),
+        (["--archs", "pre_ln", "--grid", "tiny", "--lrs", "abc"], "--lrs 'abc' is not allowed"),
+        (["--archs", "pre_ln", "--grid", "tiny", "--lrs", "1e-3,0"], "learning rate 0.0 is not allowed"),
+        (["--archs", "pre_ln", "--grid", "tiny", "--lrs=-2e-3"], "learning rate -0.002 is not allowed"),
+        (["--archs", "pre_ln", "--grid", "tiny", "--lrs", ""], "no learning rate given"),
+        (["--archs", "pre_ln"], "give --preset demo, or --archs and --grid"),
+        (["--archs", "pre_ln", "--budget", "2m"], "--depths is required with --budget"),
+        (["--archs", "pre_ln", "--grid", "tiny", "--budget", "2m", "--depths", "2"], "either --grid or --budget"),
+        (["--archs", "pre_ln", "--grid", "tiny", "--seeds", "x"], "--seeds 'x' is not allowed"),
+    ],
+)
+def test_cli_bad_inputs_exit_2_with_a_message_and_write_nothing(argv, match, data_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    code = cli_main(["sweep", *argv, "--data", str(data_dir), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("depthbench sweep: error:")
+    assert __import__("re").search(match, err), err
+    assert not out.exists()
+
+
+# ================================================================================================ budget shapes
+def test_budget_and_depths_give_design_rule_shapes_as_model_fields(data_dir, tmp_path):
+    from depthbench.shapes import shape_for_budget
+
+    args = argparse.Namespace(archs="pre_ln,hc", grid=None, depths="2,4", shapes=None, budget="2m", heads=4,
+                              vocab_size=1024, count="total", config=None, data=str(data_dir), lrs="1e-3",
+                              seeds="0", set=None, name=None, out=str(tmp_path / "o"))
+    spec = sweep_mod.spec_from_args(args)
+    assert spec.shapes == ["budget2m-L2", "budget2m-L4"]
+    for depth, name in ((2, "budget2m-L2"), (4, "budget2m-L4")):
+        expected = shape_for_budget(2_000_000, depth, vocab_size=1024, heads=4)
+        assert spec.custom_shapes[name] == expected.config_fields()
+        point = next(p for p in spec.runs() if p.shape == name and p.arch == "hc")
+        cfg = spec.run_config(point, str(tmp_path / "run"))
+        assert cfg.model.shape is None and cfg.model.arch == "hc"
+        assert cfg.model.fields == expected.config_fields()
+    # a budget sweep trains: the row reports the real L and d of the budget shape
+    spec = SweepSpec(archs=["pre_ln"], shapes=["budget2m-L2"], lrs=[1e-3], base=make_spec(data_dir).base,
+                     overrides=["model.fields.vocab_size=300"], custom_shapes={"budget2m-L2": {
+                         **spec.custom_shapes["budget2m-L2"], "hidden_size": 32, "intermediate_size": 64,
+                         "head_dim": 8}})
+    rows = run_sweep(spec, str(tmp_path / "out"), log=lambda *_: None)
+    assert [(r["shape"], r["num_layers"], r["hidden_size"], r["status"]) for r in rows] == [
+        ("budget2m-L2", 2, 32, "finished")]
+
+
+def test_duplicates_are_dropped_and_all_resolves(data_dir):
+    spec = make_spec(data_dir, archs=["pre_ln", "pre_ln"], shapes=["tiny-L2", "tiny-L2"], lrs=[1e-3, 0.001])
+    assert len(spec.runs()) == 1
+    from depthbench.registry import arch_ids
+
+    assert make_spec(data_dir, archs="all").archs == arch_ids()
+
+
+# ================================================================================================ slurm
+def test_emit_slurm_writes_a_job_array_whose_lines_parse_and_run(data_dir, tmp_path):
+    spec = make_spec(data_dir, seeds=[0, 1])  # 2 archs x 2 shapes x 2 lrs x 2 seeds
+    out = tmp_path / "out"
+    script = Path(emit_slurm(spec, str(out), accelerate_args="--num_processes 2", sbatch="--gres=gpu:8;--time=1:00:00"))
+    text = script.read_text()
+    assert "#SBATCH --array=1-16\n" in text and "#SBATCH --gres=gpu:8\n" in text and "#SBATCH --time=1:00:00\n" in text
+    assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
+    lines = (out / "runs.txt").read_text().splitlines()
+    assert len(lines) == 16
+    base = json.loads((out / "base_config.json").read_text())
+    seen = set()
+    for line, point in zip(lines, spec.runs()):
+        run_id, *overrides = shlex.split(line)
+        assert run_id == point.run_id
+        assert all("=" in o and parse_override(o) for o in overrides)
+        cfg = load_run_config(base, overrides)
+        assert (cfg.model.arch, cfg.model.shape, cfg.optim.lr, cfg.train.seed) == (point.arch, point.shape,
+                                                                                  point.lr, point.seed)
+        assert cfg.output_dir == str(out.resolve() / "runs" / run_id) and cfg.resume == "auto"
+        assert cfg.model.fields["hidden_size"] == 32
+        seen.add(cfg.output_dir)
+    assert len(seen) == 16
+
+    # Execute array tasks with a stand-in `accelerate` that records its arguments.
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "accelerate"
+    fake.write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$RECORD"\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "RECORD": str(tmp_path / "args.txt")}
+    subprocess.run(["bash", str(script)], env={**env, "SLURM_ARRAY_TASK_ID": "3"}, check=True)
+    recorded = (tmp_path / "args.txt").read_text().splitlines()
+    assert recorded[:6] == ["launch", "--num_processes", "2", "-m", "depthbench.cli", "train"]
+    assert recorded[6:8] == ["--config", str((out / "base_config.json").resolve())]
+    assert recorded[8:] == shlex.split(lines[2])[1:]
+    # a finished run's task exits without launching anything
+    (tmp_path / "args.txt").unlink()
+    done = out / "runs" / spec.runs()[3].run_id
+    done.mkdir(parents=True)
+    (done / "summary.json").write_text(json.dumps({"status": "finished"}, indent=2))
+    result = subprocess.run(["bash", str(script)], env={**env, "SLURM_ARRAY_TASK_ID": "4"}, check=True,
+                            capture_output=True, text=True)
+    assert "already done, skipped" in result.stdout and not (tmp_path / "args.txt").exists()
+
+
+def test_cli_emit_slurm(data_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    code = cli_main(["sweep", "--archs", "pre_ln,hc,attnres", "--grid", "tiny", "--depths", "2,4,8",
+                     "--lrs", "1e-3,2e-3", "--data", str(data_dir), "--out", str(out), "--emit", "slurm"])
+    assert code == 0 and "18 array tasks" in capsys.readouterr().out
+    assert "#SBATCH --array=1-18\n" in (out / "sweep.slurm").read_text()
+    assert len((out / "runs.txt").read_text().splitlines()) == 18 and not (out / "runs").exists()
+
+
+# ================================================================================================ report
+def test_report_command_rebuilds_the_files(sweep_dir, tmp_path, capsys):
+    out = copy_sweep(sweep_dir, tmp_path / "copy")
+    expected = (out / "results.csv").read_text().replace(str(sweep_dir), str(out))
+    for name in ("results.csv", "results.jsonl", "report.md", "loss_vs_aspect_ratio.png"):
+        (out / name).unlink()
+    assert cli_main(["report", str(out)]) == 0
+    printed = capsys.readouterr().out
+    for name in ("results.csv", "results.jsonl", "report.md", "loss_vs_aspect_ratio.png"):
+        assert (out / name).exists() and str(out / name) in printed
+    assert (out / "results.csv").read_text() == expected
+    assert "synthetic" in printed and "text" in printed and "mean" in printed
+    assert "loss change, shallowest -> deepest shape" in printed
+    assert cli_main(["report", str(tmp_path / "nothing")]) == 2
+    (tmp_path / "empty").mkdir()
+    assert cli_main(["report", str(tmp_path / "empty")]) == 2
+    assert "nothing to report" in capsys.readouterr().err
+
+
+def test_write_report_with_unfinished_runs(sweep_dir, tmp_path):
+    out = copy_sweep(sweep_dir, tmp_path / "copy")
+    victim = out / "runs" / "pre_ln__tiny-L4__lr0.003__s0" / "summary.json"
+    summary = json.loads(victim.read_text())
+    victim.write_text(json.dumps({**summary, "status": "stopped"}))
+    write_report(str(out), log=lambda *_: None)
+    rows = read_csv(out / "results.csv")
+    stopped = [r for r in rows if r["status"] == "stopped"]
+    assert len(stopped) == 1 and stopped[0]["at_best_lr"] == "False"
+    assert stopped[0]["best_lr"] == "0.001"  # the only finished LR of (pre_ln, tiny-L4)
+    assert "7 of 8 runs finished" in (out / "report.md").read_text()
