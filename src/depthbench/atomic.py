@@ -1,5 +1,5 @@
-"""Atomic file writes: the one helper every writer of the package uses (shards, meta.json, checkpoints,
-summaries, sweep results).
+"""Atomic file writes and the JSON reader: the one helper every writer of the package uses (shards, meta.json,
+checkpoints, summaries, sweep results), and the one way its JSON files are read back.
 
 A file is written to a temporary sibling, flushed and fsynced, renamed over the target with ``os.replace`` and
 the folder is fsynced, so a reader (or a crash at any point) sees either the old file or the complete new one,
@@ -63,3 +63,20 @@ def write_json(path: str, obj: Any, *, sort_keys: bool = False) -> None:
     ``str``; NaN and infinities as ``null``, see :func:`json_safe`)."""
     text = json.dumps(json_safe(obj), indent=2, sort_keys=sort_keys, default=str, allow_nan=False)
     write_text(path, text + "\n")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """The JSON content of ``path``; ``None`` when the file does not exist. The reading side of the writers above
+    (every JSON file of a run, a sweep or a checkpoint is read through it).
+
+    Raises:
+        ValueError: The file exists but is not valid JSON (files written here are never partial, so this is a
+            damaged file; the message names it).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{os.fspath(path)} is not valid JSON ({exc}); restore or delete the file") from None

@@ -25,6 +25,8 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from depthbench.errors import EXIT_OK, EXIT_USAGE, run_command
+
 COMMANDS: dict[str, tuple[str, str]] = {
     "archs": ("depthbench.cli", "list the registered architectures"),
     "shapes": ("depthbench.shapes", "shape grids of the design rule with exact parameter counts"),
@@ -110,8 +112,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``depthbench`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code.
 
-    ``ValueError`` raised by a command (bad shape, unknown architecture, ...) is printed as a one-line error with
-    exit code 2; set ``DEPTHBENCH_TRACEBACK=1`` to see the traceback instead.
+    Every command's errors go through :func:`depthbench.errors.run_command`: bad input (a ``ValueError``: bad
+    shape, unknown architecture, ...) is a one-line message with exit code 2, a failure of the work exit code 1;
+    set ``DEPTHBENCH_TRACEBACK=1`` to see the traceback instead.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     argv, alias = _resolve_alias(argv)
@@ -124,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         print(f"depthbench: error: the command {command!r} is unavailable: its module {COMMANDS[command][0]} "
               f"failed to load:\n  {error}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if alias:
         args, unknown = parser.parse_known_args(argv)
         flags = [a.split("=")[0] for a in unknown if a.startswith("-")]
@@ -133,20 +136,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             dropped = ", ".join(flags or unknown)
             print(f"depthbench {command} {flag} {value}: error: this is `depthbench {ALIASES[alias]}`, which does not "
                   f"take {dropped}; drop {dropped} (or run depthbench {command} without {flag})", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
     else:
         args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help()
-        return 0 if not argv else 2
-    try:
-        code = args.func(args)
-    except ValueError as exc:
-        if os.environ.get("DEPTHBENCH_TRACEBACK"):
-            raise
-        print(f"depthbench {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    return 0 if code is None else int(code)
+        return EXIT_OK if not argv else EXIT_USAGE
+    return run_command(args.command, args.func, args)
 
 
 def _resolve_alias(argv: list[str]) -> tuple[list[str], tuple[str, str, str] | None]:

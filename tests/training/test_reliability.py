@@ -22,10 +22,11 @@ import pytest
 from depthbench import atomic
 from depthbench.config import RunConfigError, load_run_config
 from depthbench.data import DataError, TokenShards, load_meta, prepare_data, verify_data
+from depthbench.errors import exit_code
 from depthbench.training import checkpoint
 from depthbench.training import trainer as train_mod
 from depthbench.training.checkpoint import CheckpointWriteError
-from depthbench.training.trainer import CheckpointError, build_model_config, exit_code, lr_lambda, train
+from depthbench.training.trainer import CheckpointError, build_model_config, lr_lambda, train
 from tests.helpers import TINY_FIELDS, make_train_data
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 
@@ -40,24 +39,16 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from .sampling import WindowSpec
     from .sweep import is_sweep
 
-    try:
-        metrics = parse_metrics(args.metrics)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    metrics = parse_metrics(args.metrics)
     spec = WindowSpec(num_samples=args.num_samples, seq_len=args.seq_len, seed=args.seed, split=args.split,
                       cross_documents=args.cross_documents)
     common = dict(options=metric_options(args), device=args.device, trust_remote_code=args.trust_remote_code,
                   micro_batch_size=args.micro_batch_size, batched=not args.no_batching, group_batch=args.group_batch,
                   progress=not args.no_progress)
-    try:
-        if is_sweep(args.target):
-            analyze_sweep(args.target, metrics, args.data, spec, out_root=args.output, force=args.force, **common)
-        else:
-            analyze_target(args.target, metrics, args.output or _default_out(args.target), args.data, spec, **common)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if is_sweep(args.target):
+        analyze_sweep(args.target, metrics, args.data, spec, out_root=args.output, force=args.force, **common)
+    else:
+        analyze_target(args.target, metrics, args.output or _default_out(args.target), args.data, spec, **common)
     return 0
 
 

@@ -816,22 +816,7 @@ def prepare_data(
 
 # ================================================================================================ CLI
 def _cmd_prepare_data(args) -> int:
-    """``depthbench prepare-data``; exit codes as ``depthbench train``: 2 for bad usage or input (``ValueError``,
-    reported by ``depthbench.cli``; also an unreadable input or unwritable output), 1 for other I/O failures (a
-    full disk)."""
-    import errno
-
-    try:
-        return _prepare_data_cli(args)
-    except OSError as exc:
-        import sys
-
-        print(f"depthbench prepare-data: error: {exc}", file=sys.stderr)
-        usage = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
-        return 2 if exc.errno in usage else 1
-
-
-def _prepare_data_cli(args) -> int:
+    """``depthbench prepare-data`` (errors and exit codes: ``depthbench.errors``)."""
     extra = {}
     for item in args.extra_split or []:
         name, sep, files = item.partition("=")

@@ -30,7 +30,7 @@ from typing import Any
 
 from depthbench import atomic
 
-EVAL_TASKS_DIR = Path(__file__).resolve().parents[2] / "eval_tasks"
+EVAL_TASKS_DIR = Path(__file__).resolve().parents[3] / "eval_tasks"
 """The lm-eval task folder shipped with this repository (``eval_tasks/`` next to ``src/``)."""
 
 DEFAULT_TASKS = "depthbench_nll,depthbench_zeroshot,depthbench_synthetic"

@@ -40,6 +40,7 @@ from typing import Any
 
 from depthbench import atomic, registry
 from depthbench.config import load_run_config, read_config_file
+from depthbench.errors import Failed
 from depthbench.shapes import _parse_count, get_shape, grid_shapes, shape_for_budget
 from depthbench.sweeps.report import (  # noqa: F401 - results names moved to depthbench.sweeps.report, re-exported for old imports
     best_points,
@@ -59,7 +60,7 @@ class SweepError(ValueError):
     """The sweep definition or results folder is invalid (the message says what and what is allowed)."""
 
 
-class SweepRunFailed(SweepError):
+class SweepRunFailed(Failed, SweepError):
     """A run of the sweep failed while training (exit code 1; the message names the run and says why)."""
 
 
@@ -451,11 +452,7 @@ def _cmd_sweep(args) -> int:
         print(f"wrote {path} ({len(spec.runs())} array tasks) and {os.path.join(args.out, 'runs.txt')}; "
               f"submit with: sbatch {path}; afterwards: depthbench report {args.out}")
         return 0
-    try:
-        rows = run_sweep(spec, args.out, launcher=args.launcher, accelerate_args=args.accelerate_args)
-    except SweepRunFailed as exc:  # exit 1: a run failed while training (bad input exits 2 through depthbench.cli)
-        print(f"depthbench sweep: error: {exc}", file=sys.stderr)
-        return 1
+    rows = run_sweep(spec, args.out, launcher=args.launcher, accelerate_args=args.accelerate_args)
     print()
     print_table(rows)
     return 0

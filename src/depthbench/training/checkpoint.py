@@ -36,6 +36,7 @@ from typing import Any
 from depthbench import atomic
 from depthbench.config import RunConfig, RunConfigError
 from depthbench.data.prepare import TOKENIZER_CONFIG, finalize_tokenizer_config
+from depthbench.errors import BadInput, Failed
 
 #: Keys of the run config that define a run, with the reason a resume may not change them (refused with it).
 IDENTITY_KEYS = {
@@ -66,12 +67,12 @@ SAFE_ON_RESUME = ("optim.lr", "optim.grad_clip", "train.max_steps", "train.max_t
 _FREE_KEYS = ("resume", "overwrite", "output_dir")
 
 
-class TrainingError(RuntimeError):
-    """Training cannot continue (the message says why and what to do)."""
+class TrainingError(Failed, RuntimeError):
+    """Training cannot continue (the message says why and what to do; exit code 1)."""
 
 
-class CheckpointError(TrainingError):
-    """A checkpoint is missing, incomplete or corrupt (the message names the file)."""
+class CheckpointError(BadInput, TrainingError):
+    """A checkpoint is missing, incomplete or corrupt (the message names the file; exit code 2: bad input)."""
 
 
 class CheckpointWriteError(TrainingError):

@@ -77,6 +77,7 @@ import torch
 from depthbench import atomic
 from depthbench.config import RunConfig, RunConfigError, load_run_config, signal_number
 from depthbench.data import TokenShards, TokenWindows, WindowLoader, verify_data
+from depthbench.errors import run_command
 from depthbench.training.checkpoint import (  # noqa: F401 - IDENTITY_KEYS: re-exported, moved from here
     IDENTITY_KEYS,
     Checkpointer,
@@ -780,27 +781,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return load_run_config(args.config, flags + list(args.overrides))
 
 
-#: Exit codes of ``depthbench train`` / ``prepare-data`` / ``sweep`` (one convention, see the README).
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-def exit_code(exc: BaseException) -> int:
-    """2 for bad usage or input (config, data, a corrupt checkpoint, an unwritable output folder), 1 for a run that
-    failed while training (non-finite loss, disk full while checkpointing, other I/O errors)."""
-    if isinstance(exc, (CheckpointError, FileNotFoundError)) or (
-            isinstance(exc, ValueError) and not isinstance(exc, TrainingError)):
-        return EXIT_USAGE
-    return EXIT_FAILED
-
-
 def run_cli(args: argparse.Namespace) -> int:
-    """Entry point of ``depthbench train``; returns the process exit code (0 also when stopped by a signal after
-    checkpointing; 1 when the run failed; 2 for bad usage or input)."""
+    """Entry point of ``depthbench train`` (0 also when stopped by a signal after checkpointing; errors and their
+    exit codes: ``depthbench.errors``)."""
     try:
         summary = train(config_from_args(args))
-    except (RunConfigError, TrainingError, ValueError, OSError) as exc:
-        print(f"depthbench train: error: {exc}", file=sys.stderr)
-        return exit_code(exc)
     finally:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
@@ -823,9 +808,10 @@ def register_cli(subparsers) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m depthbench.training`` (what ``torchrun`` / ``accelerate launch -m`` run): ``depthbench train``."""
     parser = argparse.ArgumentParser(prog="depthbench train", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
-    return run_cli(parser.parse_args(argv))
+    return run_command("train", run_cli, parser.parse_args(argv))
 
 
 if __name__ == "__main__":

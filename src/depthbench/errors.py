@@ -1,0 +1,70 @@
+"""The exit codes of every ``depthbench`` command, and the one place that turns an error into a message and a code.
+
+=====  =====================================================================================================
+code   meaning
+=====  =====================================================================================================
+0      done (a training run stopped by a signal after checkpointing also exits 0: resume it)
+1      the work failed while running: a run diverged or hit a full disk, a sweep run failed, an upload failed
+2      bad usage or input: the one-line message says what was wrong and what is allowed; nothing was written
+=====  =====================================================================================================
+
+Commands raise exceptions and never choose a code themselves: ``depthbench.cli`` (and ``python -m
+depthbench.training``) call :func:`run_command`, which prints ``depthbench <command>: error: <message>`` and returns
+:func:`exit_code` of the exception. ``ValueError`` and its subclasses are bad input; :class:`Failed` marks an
+error of a running job whatever its base class; :class:`BadInput` marks bad input that is not a ``ValueError``
+(a corrupt checkpoint found while resuming); an ``OSError`` is bad input when it says a path is missing, not a
+folder, or not readable/writable, and a failure otherwise (a full disk, an I/O error). Set
+``DEPTHBENCH_TRACEBACK=1`` to see the traceback instead of the message.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+_USAGE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
+
+
+class Failed(Exception):
+    """Mixin: the work failed while running (exit code 1), e.g. a training run that diverged."""
+
+
+class BadInput(Exception):
+    """Mixin: the input is bad (exit code 2) although the exception is not a ``ValueError``."""
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code of a command that raised ``exc`` (see the module docstring)."""
+    if isinstance(exc, BadInput):
+        return EXIT_USAGE
+    if isinstance(exc, Failed):
+        return EXIT_FAILED
+    if isinstance(exc, ValueError):
+        return EXIT_USAGE
+    if isinstance(exc, OSError):
+        return EXIT_USAGE if exc.errno in _USAGE_ERRNOS else EXIT_FAILED
+    return EXIT_FAILED
+
+
+def is_reported(exc: BaseException) -> bool:
+    """Whether ``exc`` is shown as a one-line message (bad input and failures of the work); anything else is a
+    bug and keeps its traceback."""
+    return isinstance(exc, (ValueError, OSError, Failed, BadInput))
+
+
+def run_command(command: str, func: Callable[[Any], int | None], args: Any) -> int:
+    """``func(args)`` as the ``depthbench <command>`` process would run it: its return value (``None`` = 0), or,
+    when it raises an error of :func:`is_reported`, the one-line message on stderr and :func:`exit_code`."""
+    try:
+        code = func(args)
+    except Exception as exc:
+        if not is_reported(exc) or os.environ.get("DEPTHBENCH_TRACEBACK"):
+            raise
+        print(f"depthbench {command}: error: {exc}", file=sys.stderr)
+        return exit_code(exc)
+    return EXIT_OK if code is None else int(code)

@@ -1,0 +1,210 @@
+"""Run folders, sweep folders and run ids: the one owner of their layout, shared by every command that reads them.
+
+A run folder (``depthbench train -o RUN``)::
+
+    run_config.json  metrics.jsonl  summary.json  checkpoints/  final/ (HF export of the finished model)
+
+A sweep folder (``depthbench sweep --out SWEEP``)::
+
+    sweep.json                the definition (``depthbench.sweeps.spec.SweepSpec``) and its fingerprint
+    runs/<run id>/            one run folder per point, named by :func:`run_id`
+    report.md                 assembled from sections (:func:`write_report_section`)
+    sections/<name>.md        the report's sections: results, evaluation, analysis (:data:`REPORT_SECTIONS`)
+
+Everything here reads and writes plain files; nothing imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from depthbench import atomic
+
+SUMMARY = "summary.json"
+RUN_CONFIG = "run_config.json"
+FINAL = "final"
+SWEEP_DEFINITION = "sweep.json"
+RUNS = "runs"
+REPORT = "report.md"
+SECTIONS = "sections"
+REPORT_SECTIONS = ("results", "evaluation", "analysis")
+"""The sections of a sweep's ``report.md``, in order: the sweep's results (``depthbench report``), the downstream
+evaluation (``depthbench eval``) and the layer analyses (``depthbench analyze``)."""
+
+#: Summary statuses after which a run is never trained again (``diverged``: the LR is too high, a valid result).
+DONE_STATUSES = ("finished", "diverged")
+
+
+# ================================================================================================ run ids
+_SEP = "__"
+_RUN_ID = re.compile(r"^(?P<arch>[^_].*?)__(?P<shape>.+)__lr(?P<lr>[^_]+)__s(?P<seed>-?\d+)$")
+
+
+@dataclass(frozen=True)
+class RunId:
+    """The identity of a sweep point, and its folder name ``<arch>__<shape>__lr<lr>__s<seed>``
+    (e.g. ``pre_ln__tiny-L4__lr0.002__s0``; the LR with 6 significant digits)."""
+
+    arch: str
+    shape: str
+    lr: float
+    seed: int
+
+    def __str__(self) -> str:
+        return f"{self.arch}{_SEP}{self.shape}{_SEP}lr{self.lr:g}{_SEP}s{self.seed}"
+
+    @classmethod
+    def parse(cls, name: str) -> RunId | None:
+        """The :class:`RunId` of a run folder name, or ``None`` when the name is not one."""
+        match = _RUN_ID.match(os.path.basename(os.path.normpath(name)))
+        if match is None:
+            return None
+        try:
+            return cls(match["arch"], match["shape"], float(match["lr"]), int(match["seed"]))
+        except ValueError:
+            return None
+
+
+# ================================================================================================ run folders
+def read_summary(run_dir: str) -> dict[str, Any] | None:
+    """``summary.json`` of a run folder (``None`` when the run has not written one)."""
+    summary = atomic.read_json(os.path.join(run_dir, SUMMARY))
+    return summary if isinstance(summary, dict) else None
+
+
+def final_dir(run_dir: str) -> str | None:
+    """The run's ``final/`` export when it holds a model (``final/config.json``), else ``None``."""
+    path = os.path.join(run_dir, FINAL)
+    return path if os.path.isfile(os.path.join(path, "config.json")) else None
+
+
+def is_run(path: str) -> bool:
+    """Whether ``path`` is a training run folder (it has a ``run_config.json``)."""
+    return os.path.isfile(os.path.join(path, RUN_CONFIG))
+
+
+def model_dir(target: str) -> str:
+    """The model a command should load for ``target``: a run folder -> its ``final/`` export; a folder with a
+    ``config.json`` (an HF export, a checkpoint's ``hf/``) -> itself; anything that is not a local path -> itself
+    (a Hub id).
+
+    Raises:
+        ValueError: ``target`` is a sweep folder, a run folder without a final export yet, or a local folder or
+            file that holds no model (the message says which and what to pass instead).
+    """
+    if os.path.isdir(target):
+        final = final_dir(target)
+        if final is not None:
+            return final
+        if os.path.isfile(os.path.join(target, "config.json")):
+            return target
+        if is_sweep(target):
+            raise ValueError(f"{target} is a sweep folder; give one of its runs ({os.path.join(target, RUNS)}/...) "
+                             "or a command that takes a sweep")
+        if is_run(target):
+            raise ValueError(f"{target} is a training run without a final export yet ({os.path.join(target, FINAL)}"
+                             " is missing): finish or resume the run, or pass one of its checkpoints' hf/ folders")
+        raise ValueError(f"{target} holds no model (no config.json, nor {FINAL}/config.json): give an HF model "
+                         "folder, a run folder or a Hub id")
+    if os.path.exists(target):
+        raise ValueError(f"{target} is a file, not a model: give an HF model folder, a run folder or a Hub id")
+    return target
+
+
+# ================================================================================================ sweep folders
+def is_sweep(path: str) -> bool:
+    """Whether ``path`` is a sweep folder (a ``sweep.json`` definition and a ``runs/`` folder)."""
+    return os.path.isfile(os.path.join(path, SWEEP_DEFINITION)) and os.path.isdir(os.path.join(path, RUNS))
+
+
+def sweep_definition(sweep_dir: str) -> dict[str, Any]:
+    """The sweep's definition (``sweep.json``'s ``spec``; ``{}`` when there is none)."""
+    record = atomic.read_json(os.path.join(sweep_dir, SWEEP_DEFINITION))
+    return (record or {}).get("spec") or {} if isinstance(record, dict) else {}
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One run folder of a sweep: its id (parsed from the folder name when it is a run id), folder, summary and
+    final export (``None`` until it finished)."""
+
+    name: str
+    run_dir: str
+    id: RunId | None
+    summary: dict[str, Any] | None
+    model_dir: str | None
+
+    @property
+    def status(self) -> str | None:
+        return (self.summary or {}).get("status")
+
+    @property
+    def finished(self) -> bool:
+        """Finished training and holds its final export (what evaluation, analyses and publishing use)."""
+        return self.status == "finished" and self.model_dir is not None
+
+    @property
+    def arch(self) -> str | None:
+        return (self.summary or {}).get("arch") or (self.id.arch if self.id else None)
+
+    @property
+    def shape(self) -> str | None:
+        return self.id.shape if self.id else None
+
+
+def sweep_runs(sweep_dir: str, *, finished: bool = False) -> list[SweepRun]:
+    """Every run folder under ``<sweep>/runs`` in name order (with ``finished``: only :attr:`SweepRun.finished`)."""
+    root = os.path.join(sweep_dir, RUNS)
+    runs = []
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        run_dir = os.path.join(root, name)
+        if not os.path.isdir(run_dir):
+            continue
+        run = SweepRun(name, run_dir, RunId.parse(name), read_summary(run_dir), final_dir(run_dir))
+        if run.finished or not finished:
+            runs.append(run)
+    return runs
+
+
+def sweep_data_dir(sweep_dir: str) -> str | None:
+    """The data folder of the sweep's definition (absolute, or relative to the sweep folder, its parent or the
+    working directory, tried in that order)."""
+    spec = sweep_definition(sweep_dir)
+    data = spec.get("data") or ((spec.get("base") or {}).get("data") or {}).get("data_dir")
+    if not data:
+        return None
+    for candidate in (data, os.path.join(sweep_dir, data), os.path.join(os.path.dirname(sweep_dir.rstrip("/")), data)):
+        if os.path.isdir(candidate):
+            return candidate
+    return data
+
+
+def write_report_section(sweep_dir: str, name: str, text: str | None) -> str:
+    """Store section ``name`` of the sweep's report (``None`` removes it) and reassemble ``report.md`` from every
+    stored section in :data:`REPORT_SECTIONS` order; returns the path of ``report.md``.
+
+    Each producer owns its section's text; this function owns the file, so rebuilding one section never touches
+    the others.
+    """
+    if name not in REPORT_SECTIONS:
+        raise ValueError(f"unknown report section {name!r}; sections: {', '.join(REPORT_SECTIONS)}")
+    folder = os.path.join(sweep_dir, SECTIONS)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{name}.md")
+    if text is None:
+        if os.path.exists(path):
+            os.remove(path)
+    else:
+        atomic.write_text(path, text.rstrip("\n") + "\n")
+    parts = []
+    for section in REPORT_SECTIONS:
+        section_path = os.path.join(folder, f"{section}.md")
+        if os.path.isfile(section_path):
+            with open(section_path, encoding="utf-8") as f:
+                parts.append(f.read().rstrip("\n"))
+    report = os.path.join(sweep_dir, REPORT)
+    atomic.write_text(report, "\n\n".join(parts) + "\n")
+    return report
