@@ -1,6 +1,7 @@
-"""The package layout keeps its promises: no import cycles among the package's own modules (counting imports
-inside functions too, which Python only runs later but which still tie two modules together), and every module
-imports on its own in a fresh interpreter (nothing depends on another module having been imported first).
+"""The package layout keeps its promises: dependencies point one way (the table :data:`MAY_IMPORT`, one row per
+command family), nothing imports the command line, no import cycles among the package's own modules (counting
+imports inside functions too, which Python only runs later but which still tie two modules together), and every
+module imports on its own in a fresh interpreter (nothing depends on another module having been imported first).
 
 Run: ``python -m pytest tests/test_layout.py -q``
 """
@@ -65,14 +66,69 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return found
 
 
+#: Which families a family's modules may import (besides itself and the package root ``depthbench``, whose import
+#: registers the architectures). "core" = the top-level modules (registry, config, shapes, runs, errors, ...).
+#: ``depthbench.modeling`` imports nothing of the package (it ships to the Hub as remote code; see
+#: tests/modeling/test_remote_code.py for its import allow-list), and nothing imports ``depthbench.cli``.
+MAY_IMPORT: dict[str, set[str]] = {
+    "core": set(),
+    "modeling": set(),
+    "data": {"core"},
+    "hub": {"core"},
+    "evaluation": {"core"},
+    "training": {"core", "data", "hub"},  # checkpoints and exports write model cards (depthbench.hub.cards)
+    "bench": {"core", "training"},  # the compiled path of the trainer
+    "analysis": {"core", "data", "bench"},  # the efficiency metric times blocks with the benchmark's clock
+    "sweeps": {"core", "data", "training", "evaluation", "analysis"},
+    "cli": {"core"},
+    "root": {"core", "hub"},  # depthbench.from_released
+}
+FAMILIES = ("modeling", "data", "hub", "evaluation", "training", "bench", "analysis", "sweeps")
+
+
+def family(module: str) -> str:
+    parts = module.split(".")
+    if module == "depthbench":
+        return "root"
+    if module == "depthbench.cli":
+        return "cli"
+    return parts[1] if parts[1] in FAMILIES else "core"
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _wrong_arrows(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of ``graph`` that :data:`MAY_IMPORT` does not allow, as ``a -> b``."""
+    return sorted(f"{a} -> {b}" for a, deps in graph.items() for b in deps
+                  if family(b) not in {family(a), "root"} | MAY_IMPORT[family(a)])
+
+
+def test_dependencies_point_one_way():
+    graph = _graph()
+    assert set(MAY_IMPORT) == {family(m) for m in graph}, "a family without a row in MAY_IMPORT"
+    wrong = _wrong_arrows(graph)
+    assert not wrong, "imports against the layout table: " + "; ".join(wrong)
+    assert not [a for a, deps in graph.items() if "depthbench.cli" in deps], "nothing imports depthbench.cli"
+
+
+def test_the_table_check_sees_a_wrong_arrow():
+    """The checker itself: an import from training into sweeps is reported."""
+    graph = {"depthbench.training.trainer": {"depthbench.sweeps.report", "depthbench.data.loader"},
+             "depthbench.sweeps.report": {"depthbench.training.checkpoint"}}
+    assert _wrong_arrows(graph) == ["depthbench.training.trainer -> depthbench.sweeps.report"]
+
+
 def test_no_import_cycles_among_the_package_modules():
     modules = _modules()
     assert {"depthbench.training.trainer", "depthbench.training.checkpoint", "depthbench.sweeps.runner",
-            "depthbench.sweeps.report", "depthbench.sweeps.demo",
+            "depthbench.sweeps.report", "depthbench.sweeps.demo", "depthbench.runs",
             "depthbench.data", "depthbench.data.prepare", "depthbench.data.loader",
             "depthbench.modeling.modeling_depthbench"} <= set(modules)
-    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
-    assert "depthbench.training.checkpoint" in graph["depthbench.training.trainer"]
+    graph = _graph()
+    assert "depthbench.training.run" in graph["depthbench.training.trainer"]
     assert "depthbench.sweeps.report" in graph["depthbench.sweeps.runner"]
     cycles = _cycles(graph)
     assert not cycles, "import cycles: " + "; ".join(cycles)

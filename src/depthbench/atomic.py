@@ -76,7 +76,7 @@ def read_json(path: str | os.PathLike) -> Any:
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no such file (also: a path through a file)
         return None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{os.fspath(path)} is not valid JSON ({exc}); restore or delete the file") from None

@@ -13,7 +13,7 @@ A run file is YAML or JSON with up to six sections, each mapping onto one datacl
 Command-line overrides use dotted keys with YAML-parsed values: ``train.max_steps=100``,
 ``optim.betas=[0.9,0.99]``, ``model.fields.hidden_size=64``, ``track.wandb=true``. Unknown keys are an error that
 names the key and lists the valid ones (a typo never silently does nothing); keys of ``model.fields`` are checked
-against the architecture's config class when the model is built (``depthbench.training.trainer.build_model_config``).
+against the architecture's config class when the model is built (``depthbench.model_config.resolve_model_config``).
 Numbers must be finite everywhere in the tree (``optim.lr=inf`` or a ``NaN`` inside ``model.fields`` is an
 error naming the key).
 

@@ -187,11 +187,17 @@ def write_report_section(sweep_dir: str, name: str, text: str | None) -> str:
     stored section in :data:`REPORT_SECTIONS` order; returns the path of ``report.md``.
 
     Each producer owns its section's text; this function owns the file, so rebuilding one section never touches
-    the others.
+    the others. A ``report.md`` found without stored sections (written by hand or by another tool) is kept as the
+    first section until that section is written.
     """
     if name not in REPORT_SECTIONS:
         raise ValueError(f"unknown report section {name!r}; sections: {', '.join(REPORT_SECTIONS)}")
     folder = os.path.join(sweep_dir, SECTIONS)
+    report = os.path.join(sweep_dir, REPORT)
+    if not os.path.isdir(folder) and os.path.isfile(report):  # a report.md not assembled here: keep it, first
+        os.makedirs(folder)
+        with open(report, encoding="utf-8") as f:
+            atomic.write_text(os.path.join(folder, f"{REPORT_SECTIONS[0]}.md"), f.read())
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{name}.md")
     if text is None:
@@ -205,6 +211,5 @@ def write_report_section(sweep_dir: str, name: str, text: str | None) -> str:
         if os.path.isfile(section_path):
             with open(section_path, encoding="utf-8") as f:
                 parts.append(f.read().rstrip("\n"))
-    report = os.path.join(sweep_dir, REPORT)
     atomic.write_text(report, "\n\n".join(parts) + "\n")
     return report

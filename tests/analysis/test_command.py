@@ -38,6 +38,7 @@ def sweep(tmp_path_factory) -> Path:
             final = out / "runs" / f"{arch}__tiny-L{depth}__lr0.003__s0" / "final"
             model.save_pretrained(final)
             tok.save_pretrained(final)
+            (final.parent / "summary.json").write_text(json.dumps({"status": "finished", "arch": arch}))
     (out / "sweep.json").write_text(json.dumps({"spec": {"base": {"data": {"data_dir": str(data)}}}}))
     (out / "report.md").write_text("# Sweep report\n\nearlier content\n")
     return out

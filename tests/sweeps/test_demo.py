@@ -20,7 +20,7 @@ from depthbench.cli import main as cli_main
 from depthbench.registry import build_config
 from depthbench.shapes import get_grid, get_shape
 from depthbench.sweeps import demo
-from depthbench.sweeps.runner import SweepError
+from depthbench.sweeps.spec import SweepError
 
 NARROW = ["--set", "model.fields.hidden_size=32", "--set", "model.fields.intermediate_size=64",
           "--set", "model.fields.head_dim=8", "--set", "model.fields.vocab_size=300"]

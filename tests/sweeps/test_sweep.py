@@ -23,9 +23,13 @@ import pytest
 
 from depthbench.cli import main as cli_main
 from depthbench.config import load_run_config, parse_override
-from depthbench.sweeps import report as report_mod
-from depthbench.sweeps import runner as sweep_mod
-from depthbench.sweeps.runner import SweepError, SweepSpec, collect_results, emit_slurm, run_sweep, write_report
+from depthbench.sweeps import command as sweep_command
+from depthbench.sweeps import results as results_mod
+from depthbench.sweeps.report import write_report
+from depthbench.sweeps.results import collect_results
+from depthbench.sweeps.runner import run_sweep
+from depthbench.sweeps.slurm import emit_slurm
+from depthbench.sweeps.spec import SweepError, SweepSpec
 
 # The tiny grid's shapes with the width shrunk (model.fields win over the shape): every run takes ~1 s of compute.
 SMALL_FIELDS = ["model.fields.hidden_size=32", "model.fields.intermediate_size=64", "model.fields.head_dim=8",
@@ -132,10 +136,10 @@ def test_report_md_and_plot(sweep_dir):
     rows = collect_results(str(sweep_dir))
     for arch in ARCHS:
         for metric in ("eval_synthetic", "eval_text", "eval_loss"):
-            pts = report_mod.best_points(rows, metric)[arch]
+            pts = results_mod.best_points(rows, metric)[arch]
             assert [p["num_layers"] for p in pts] == [2, 4]
             change = pts[1]["mean"] - pts[0]["mean"]
-            line = (f"| {arch} | {report_mod.metric_label(metric)} | L2, 16.0 | L4, 8.0 | {pts[0]['mean']:.4f} \u2192 "
+            line = (f"| {arch} | {results_mod.metric_label(metric)} | L2, 16.0 | L4, 8.0 | {pts[0]['mean']:.4f} \u2192 "
                     f"{pts[1]['mean']:.4f} | {change:+.4f} |")
             assert line in report, line
     assert "8 of 8 runs finished" in report
@@ -146,10 +150,10 @@ def test_report_md_and_plot(sweep_dir):
 
 def test_metric_order_and_labels():
     rows = [{"eval_text": 1.0, "eval_synthetic": 2.0, "eval_loss": 1.5}]
-    assert report_mod.result_metrics(rows) == ["eval_synthetic", "eval_text", "eval_loss"]
-    assert report_mod.result_metrics([{"eval_heldout": 1.0, "eval_loss": 1.0}]) == ["eval_loss"]
-    assert report_mod._split_column("eval") == "eval_heldout"
-    assert report_mod._split_column("eval_text") == "eval_text" and report_mod._split_column("val") == "eval_val"
+    assert results_mod.result_metrics(rows) == ["eval_synthetic", "eval_text", "eval_loss"]
+    assert results_mod.result_metrics([{"eval_heldout": 1.0, "eval_loss": 1.0}]) == ["eval_loss"]
+    assert results_mod._split_column("eval") == "eval_heldout"
+    assert results_mod._split_column("eval_text") == "eval_text" and results_mod._split_column("val") == "eval_val"
 
 
 # ================================================================================================ skip / resume
@@ -170,7 +174,7 @@ def test_rerun_skips_finished_runs_without_training(sweep_dir, monkeypatch):
 
 
 def test_interrupted_sweep_resumes_where_it_stopped(data_dir, tmp_path, monkeypatch):
-    from depthbench.training import trainer as train_mod
+    from depthbench.training import signals
 
     spec = make_spec(data_dir, archs=["pre_ln"], lrs=[2e-3], steps=4)
     out = tmp_path / "out"
@@ -180,7 +184,7 @@ def test_interrupted_sweep_resumes_where_it_stopped(data_dir, tmp_path, monkeypa
         calls["n"] += 1
         return calls["n"] == 2
 
-    monkeypatch.setattr(train_mod._StopFlag, "requested", stop_after_two_steps)
+    monkeypatch.setattr(signals.StopFlag, "requested", stop_after_two_steps)
     logs: list[str] = []
     run_sweep(spec, str(out), log=logs.append)
     first = out / "runs" / "pre_ln__tiny-L2__lr0.002__s0"
@@ -218,10 +222,10 @@ def test_deleted_summary_is_resumed_and_others_untouched(sweep_dir, tmp_path):
 def test_diverged_run_is_recorded_and_the_sweep_goes_on(data_dir, tmp_path, monkeypatch):
     import torch
 
-    from depthbench.training import trainer as train_mod
+    from depthbench.training import run as run_mod
 
-    real = train_mod._forward_loss
-    monkeypatch.setattr(train_mod, "_forward_loss", lambda model, ids: real(model, ids) * torch.nan)
+    real = run_mod.forward_loss
+    monkeypatch.setattr(run_mod, "forward_loss", lambda model, ids: real(model, ids) * torch.nan)
     spec = make_spec(data_dir, archs=["pre_ln"], shapes=["tiny-L2"], lrs=[1.0])
     out = tmp_path / "out"
     rows = run_sweep(spec, str(out), log=lambda *_: None)
@@ -319,7 +323,7 @@ def test_budget_and_depths_give_design_rule_shapes_as_model_fields(data_dir, tmp
     args = argparse.Namespace(archs="pre_ln,hc", grid=None, depths="2,4", shapes=None, budget="2m", heads=4,
                               vocab_size=1024, count="total", config=None, data=str(data_dir), lrs="1e-3",
                               seeds="0", set=None, name=None, out=str(tmp_path / "o"))
-    spec = sweep_mod.spec_from_args(args)
+    spec = sweep_command.spec_from_args(args)
     assert spec.shapes == ["budget2m-L2", "budget2m-L4"]
     for depth, name in ((2, "budget2m-L2"), (4, "budget2m-L4")):
         expected = shape_for_budget(2_000_000, depth, vocab_size=1024, heads=4)

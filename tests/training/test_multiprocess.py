@@ -47,7 +47,7 @@ def test_two_processes_match_one(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps(run_dict(data_dir, double)))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "depthbench.training.trainer", "-c", str(tmp_path / "run.json")]
+           "-m", "depthbench.training", "-c", str(tmp_path / "run.json")]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
 

@@ -23,10 +23,12 @@ from depthbench import atomic
 from depthbench.config import RunConfigError, load_run_config
 from depthbench.data import DataError, TokenShards, load_meta, prepare_data, verify_data
 from depthbench.errors import exit_code
+from depthbench.model_config import resolve_model_config
 from depthbench.training import checkpoint
-from depthbench.training import trainer as train_mod
-from depthbench.training.checkpoint import CheckpointWriteError
-from depthbench.training.trainer import CheckpointError, build_model_config, lr_lambda, train
+from depthbench.training import run as run_mod
+from depthbench.training.checkpoint import CheckpointError, CheckpointWriteError, NonFiniteLossError
+from depthbench.training.optim import lr_lambda
+from depthbench.training.trainer import train
 from tests.helpers import TINY_FIELDS, make_train_data
 
 
@@ -100,7 +102,7 @@ def test_no_fresh_start_while_only_incomplete_checkpoints_exist(data_dir, tmp_pa
 def test_preempt_signal_and_repeated_signals_checkpoint_once(data_dir, tmp_path, monkeypatch, capsys):
     import signal
 
-    real, calls = train_mod._forward_loss, {"n": 0}
+    real, calls = run_mod.forward_loss, {"n": 0}
 
     def signalling(model, ids):  # the scheduler's warning arrives during step 2, then two more stop signals
         calls["n"] += 1
@@ -109,7 +111,7 @@ def test_preempt_signal_and_repeated_signals_checkpoint_once(data_dir, tmp_path,
                 os.kill(os.getpid(), sig)
         return real(model, ids)
 
-    monkeypatch.setattr(train_mod, "_forward_loss", signalling)
+    monkeypatch.setattr(run_mod, "forward_loss", signalling)
     # (SIGINT is Python's default_int_handler in a terminal, SIG_IGN when the tests run as a background job)
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)}
     out = tmp_path / "run"
@@ -183,7 +185,7 @@ def test_crash_before_the_first_step_does_not_block_the_same_command(data_dir, t
     def crash(self, micro_batches):
         raise RuntimeError("killed before step 1 (simulated)")
 
-    monkeypatch.setattr(train_mod._Run, "optimizer_step", crash)
+    monkeypatch.setattr(run_mod.Run, "optimizer_step", crash)
     with pytest.raises(RuntimeError, match="simulated"):
         train(load_run_config(run_dict(data_dir, out), ["train.max_steps=2"]))
     monkeypatch.undo()
@@ -234,10 +236,10 @@ def test_nan_in_json_files_is_written_as_null(data_dir, tmp_path, monkeypatch):
     atomic.write_json(str(path), {"loss": float("nan"), "eval": {"a": float("inf")}, "ok": [1.5, float("-inf")]})
     assert json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c}")) == {
         "loss": None, "eval": {"a": None}, "ok": [1.5, None]}
-    real = train_mod._forward_loss
-    monkeypatch.setattr(train_mod, "_forward_loss", lambda m, ids: real(m, ids) * float("nan"))
+    real = run_mod.forward_loss
+    monkeypatch.setattr(run_mod, "forward_loss", lambda m, ids: real(m, ids) * float("nan"))
     out = tmp_path / "run"
-    with pytest.raises(train_mod.NonFiniteLossError, match=r"--resume optim.lr=<lower>"):
+    with pytest.raises(NonFiniteLossError, match=r"--resume optim.lr=<lower>"):
         train(load_run_config(run_dict(data_dir, out)))
     text = (out / "summary.json").read_text()
     summary = json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c} in summary.json"))
@@ -345,7 +347,7 @@ def test_non_finite_numbers_and_bad_values_are_refused(data_dir, tmp_path, overr
 def test_unknown_model_fields_are_refused_naming_the_key(data_dir, tmp_path):
     cfg = load_run_config(run_dict(data_dir, tmp_path / "run"), ["model.fields.hiden_size=32"])
     with pytest.raises(RunConfigError, match=r"unknown config key 'model.fields.hiden_size'.*did you mean hidden_size"):
-        build_model_config(cfg, TokenShards(str(data_dir)))
+        resolve_model_config(cfg.model, TokenShards(str(data_dir)), seq_len=cfg.data.seq_len)
     with pytest.raises(RunConfigError, match="model.fields.hiden_size"):  # before anything is written
         train(cfg)
     assert not (tmp_path / "run" / "run_config.json").exists()
@@ -364,7 +366,7 @@ def test_exit_codes_follow_one_convention(data_dir, tmp_path, capsys):
                  "-o", str(tmp_path / "p")]) == 2
     assert main(["sweep", "--archs", "nope", "--shapes", "tiny-L2", "--data", str(data_dir),
                  "--out", str(tmp_path / "s")]) == 2
-    assert exit_code(train_mod.NonFiniteLossError("x")) == 1 and exit_code(CheckpointError("x")) == 2
+    assert exit_code(NonFiniteLossError("x")) == 1 and exit_code(CheckpointError("x")) == 2
 
 
 def test_corrupt_checkpoint_inside_a_sweep_is_a_message(data_dir, tmp_path, capsys):

@@ -20,8 +20,9 @@ import torch
 from safetensors.torch import load_file
 
 from depthbench.config import RunConfigError, load_run_config
-from depthbench.training import trainer as train_mod
-from depthbench.training.trainer import CheckpointError, train
+from depthbench.training import checkpoint as checkpoint_mod
+from depthbench.training.checkpoint import CheckpointError
+from depthbench.training.trainer import train
 from tests.helpers import TINY_FIELDS, make_train_data
 
 
@@ -121,7 +122,7 @@ def test_corrupt_checkpoint_is_a_clear_error(data_dir, tmp_path, damage, match):
 
 def test_crash_during_save_keeps_the_previous_checkpoint(data_dir, tmp_path, monkeypatch):
     out = tmp_path / "run"
-    real_save_state = train_mod.Checkpointer.save
+    real_save_state = checkpoint_mod.Checkpointer.save
     calls = {"n": 0}
 
     def crashing_save(self, state, model, tokenizer_dir, hf_export=True):
@@ -131,7 +132,7 @@ def test_crash_during_save_keeps_the_previous_checkpoint(data_dir, tmp_path, mon
             raise OSError("disk full (simulated)")
         return real_save_state(self, state, model, tokenizer_dir, hf_export)
 
-    monkeypatch.setattr(train_mod.Checkpointer, "save", crashing_save)
+    monkeypatch.setattr(checkpoint_mod.Checkpointer, "save", crashing_save)
     with pytest.raises(OSError, match="simulated"):
         train(load_run_config(run_dict(data_dir, out)))
     monkeypatch.undo()
@@ -151,7 +152,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path):
     cfg["checkpoint"]["every"] = 0
     (tmp_path / "run.json").write_text(json.dumps(cfg))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "depthbench.training.trainer", "-c", str(tmp_path / "run.json")],
+    proc = subprocess.Popen([sys.executable, "-m", "depthbench.training", "-c", str(tmp_path / "run.json")],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 120

@@ -63,7 +63,7 @@ def launch_and_signal(tmp_path: Path, cfg: dict, send) -> tuple[subprocess.Compl
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "1", "PYTHONUNBUFFERED": "1",
            "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "120"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "depthbench.training.trainer", "-c", str(tmp_path / "run.json")]
+           "-m", "depthbench.training", "-c", str(tmp_path / "run.json")]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:

@@ -15,13 +15,16 @@ from pathlib import Path
 import pytest
 import torch
 
+import depthbench
 from depthbench.config import RunConfigError, load_run_config
 from depthbench.registry import build_model
-from depthbench.training import trainer as train_mod
-from depthbench.training.trainer import NonFiniteLossError, lr_lambda, param_groups, train
+from depthbench.training import run as run_mod
+from depthbench.training.checkpoint import NonFiniteLossError
+from depthbench.training.optim import lr_lambda, param_groups
+from depthbench.training.trainer import train
 from tests.helpers import TINY_FIELDS, make_train_data
 
-CONFIG_DIR = Path(train_mod.__file__).parent / "configs"
+CONFIG_DIR = Path(depthbench.__file__).parent / "configs"
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
     return make_train_data(tmp_path_factory.mktemp("train_data") / "data")
@@ -98,14 +101,16 @@ def test_lr_schedule_warmup_then_cosine_to_min_ratio():
 def test_param_groups_exclude_norms_and_respect_decay_all_switch():
     model = build_model("pre_ln", vocab_size=128, **TINY_FIELDS)
     cfg = load_run_config({})
-    groups = param_groups(model, cfg.optim)
+    o = cfg.optim
+    groups = param_groups(model, lr=o.lr, weight_decay=o.weight_decay, eps=o.eps)
     by_name = {n: g["weight_decay"] for g in groups for n in g["param_names"]}
     assert by_name["model.layers.0.input_layernorm.weight"] == 0.0
     assert by_name["model.norm.weight"] == 0.0
     assert by_name["model.layers.0.self_attn.q_proj.weight"] == pytest.approx(0.1)
     assert by_name["lm_head.weight"] == pytest.approx(0.1)
     assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
-    all_decay = param_groups(model, load_run_config({}, ["optim.decay_norms_and_biases=true"]).optim)
+    assert load_run_config({}, ["optim.decay_norms_and_biases=true"]).optim.decay_norms_and_biases
+    all_decay = param_groups(model, lr=o.lr, weight_decay=o.weight_decay, eps=o.eps, decay_all=True)
     assert all(g["weight_decay"] == pytest.approx(0.1) for g in all_decay)
 
 
@@ -180,7 +185,7 @@ def test_attention_backend_and_gradient_checkpointing_match_default(data_dir, tm
 
 # ================================================================================================ failures
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path, monkeypatch):
-    real = train_mod._forward_loss
+    real = run_mod.forward_loss
     calls = {"n": 0}
 
     def poisoned(model, input_ids):
@@ -188,7 +193,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path
         loss = real(model, input_ids)
         return loss * float("nan") if calls["n"] > 2 * 2 else loss  # NaN from step 3 (2 micro-batches per step)
 
-    monkeypatch.setattr(train_mod, "_forward_loss", poisoned)
+    monkeypatch.setattr(run_mod, "forward_loss", poisoned)
     out = tmp_path / "run"
     with pytest.raises(NonFiniteLossError, match=r"step 3.*ckpt-000002"):
         train(tiny_run(data_dir, out, "train.max_steps=6", "checkpoint.every=2"))

@@ -34,10 +34,11 @@ def _default_out(target: str) -> str:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
+    from depthbench.runs import is_sweep
+
     from . import parse_metrics
     from .runner import analyze_sweep, analyze_target
     from .sampling import WindowSpec
-    from .sweep import is_sweep
 
     metrics = parse_metrics(args.metrics)
     spec = WindowSpec(num_samples=args.num_samples, seq_len=args.seq_len, seed=args.seed, split=args.split,

@@ -14,13 +14,9 @@ def load_model(target: str, *, device: str | None = None, trust_remote_code: boo
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import depthbench  # noqa: F401  (registers every architecture with the Auto classes)
+    from depthbench.runs import model_dir
 
-    path = target
-    if os.path.isdir(target) and not os.path.isfile(os.path.join(target, "config.json")):
-        if os.path.isfile(os.path.join(target, "final", "config.json")):
-            path = os.path.join(target, "final")
-        else:
-            raise FileNotFoundError(f"{target} holds no config.json (nor final/config.json): not a checkpoint folder")
+    path = model_dir(target)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device).eval()
@@ -80,7 +76,9 @@ def analyze_sweep(sweep_dir: str, metrics: list[str], data: str | None, spec, *,
     already written (unless ``force``), then write the comparison figures and the report section."""
     import copy
 
-    from .sweep import finished_runs, sweep_data_dir, write_comparison
+    from depthbench.runs import sweep_data_dir
+
+    from .sweep import finished_runs, write_comparison
 
     data = data or sweep_data_dir(sweep_dir)
     runs = finished_runs(sweep_dir)

@@ -3,56 +3,33 @@ and depths (the study's late-layer fractions against L, logit-lens curves side b
 
 Layout: ``<sweep>/analysis/<run id>/<metric>.{json,csv,png}`` per run; ``<sweep>/analysis/summary.csv`` (one row per
 run and metric summary value); comparison figures ``<sweep>/analysis_late_fractions.png`` and
-``<sweep>/analysis_logit_lens.png``; ``<sweep>/analysis.md``, whose text is also placed in ``report.md`` between
-marker comments (replaced, never duplicated, on every run).
+``<sweep>/analysis_logit_lens.png``; the analyses' section of ``report.md`` (``<sweep>/sections/analysis.md``,
+assembled into ``report.md`` by ``depthbench.runs.write_report_section``; replaced, never duplicated, on every run).
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import os
 from collections.abc import Callable
 from typing import Any
 
-BEGIN, END = "<!-- depthbench analyze: begin -->", "<!-- depthbench analyze: end -->"
+from depthbench import atomic, runs
+
 LATE_FIGURE = "analysis_late_fractions.png"
 LENS_FIGURE = "analysis_logit_lens.png"
 
 
-def is_sweep(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, "sweep.json")) and os.path.isdir(os.path.join(path, "runs"))
-
-
 def finished_runs(sweep_dir: str) -> list[dict[str, Any]]:
-    """``{run_id, run_dir, model_dir, arch, num_layers, shape}`` of every run with a loadable ``final/`` export."""
-    root = os.path.join(sweep_dir, "runs")
-    runs = []
-    for run_id in sorted(os.listdir(root)):
-        run_dir = os.path.join(root, run_id)
-        model_dir = os.path.join(run_dir, "final")
-        if not os.path.isfile(os.path.join(model_dir, "config.json")):
-            continue
-        with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
-            config = json.load(f)
-        parts = run_id.split("__")
-        runs.append({"run_id": run_id, "run_dir": run_dir, "model_dir": model_dir,
-                     "arch": parts[0], "shape": parts[1] if len(parts) > 1 else None,
-                     "num_layers": config.get("num_hidden_layers"), "hidden_size": config.get("hidden_size")})
-    return runs
-
-
-def sweep_data_dir(sweep_dir: str) -> str | None:
-    """The data folder recorded in ``sweep.json`` (absolute, or relative to the sweep's parent / the cwd)."""
-    with open(os.path.join(sweep_dir, "sweep.json"), encoding="utf-8") as f:
-        spec = json.load(f).get("spec") or {}
-    data = spec.get("data") or ((spec.get("base") or {}).get("data") or {}).get("data_dir")
-    if not data:
-        return None
-    for cand in (data, os.path.join(sweep_dir, data), os.path.join(os.path.dirname(sweep_dir.rstrip("/")), data)):
-        if os.path.isdir(cand):
-            return cand
-    return data
+    """``{run_id, run_dir, model_dir, arch, shape, num_layers, hidden_size}`` of every finished run of the sweep
+    (``depthbench.runs.sweep_runs``: finished, with its final export), depth and width from its ``config.json``."""
+    out = []
+    for run in runs.sweep_runs(sweep_dir, finished=True):
+        config = atomic.read_json(os.path.join(run.model_dir, "config.json")) or {}
+        out.append({"run_id": run.name, "run_dir": run.run_dir, "model_dir": run.model_dir, "arch": run.arch,
+                    "shape": run.shape, "num_layers": config.get("num_hidden_layers"),
+                    "hidden_size": config.get("hidden_size")})
+    return out
 
 
 def load_results(sweep_dir: str) -> list[dict[str, Any]]:
@@ -64,8 +41,7 @@ def load_results(sweep_dir: str) -> list[dict[str, Any]]:
             continue
         for name in sorted(os.listdir(folder)):
             if name.endswith(".json"):
-                with open(os.path.join(folder, name), encoding="utf-8") as f:
-                    payload = json.load(f)
+                payload = atomic.read_json(os.path.join(folder, name))
                 out.append({**run, "metric": payload["metric"], "values": payload["values"],
                             "seconds": payload.get("seconds")})
     return out
@@ -186,7 +162,7 @@ def render_section(results: list[dict[str, Any]], figures: list[str]) -> str:
 
 
 def write_comparison(sweep_dir: str, log: Callable[..., None] = print) -> dict[str, str]:
-    """Comparison figures, ``analysis/summary.csv``, ``analysis.md`` and the section in ``report.md``."""
+    """Comparison figures, ``analysis/summary.csv`` and the analyses' section of ``report.md``."""
     results = load_results(sweep_dir)
     paths: dict[str, str] = {}
     figures = []
@@ -201,31 +177,9 @@ def write_comparison(sweep_dir: str, log: Callable[..., None] = print) -> dict[s
         writer = csv.DictWriter(f, fieldnames=["run_id", "arch", "num_layers", "metric", "key", "value", "seconds"])
         writer.writeheader()
         writer.writerows(rows)
-    section = render_section(results, figures)
-    paths["markdown"] = os.path.join(sweep_dir, "analysis.md")
-    with open(paths["markdown"], "w", encoding="utf-8") as f:
-        f.write(section + "\n")
-    report = os.path.join(sweep_dir, "report.md")
-    if os.path.isfile(report):
-        append_section(report, section)
-        paths["report"] = report
+    paths["report"] = runs.write_report_section(sweep_dir, "analysis", render_section(results, figures))
+    paths["section"] = os.path.join(sweep_dir, runs.SECTIONS, "analysis.md")
     for fig in figures:
         paths[fig] = os.path.join(sweep_dir, fig)
     log("wrote " + ", ".join(paths.values()))
     return paths
-
-
-def with_section(text: str, section: str) -> str:
-    """``text`` with ``section`` at its end between markers (an earlier marked section is replaced)."""
-    if BEGIN in text and END in text:
-        text = text[: text.index(BEGIN)].rstrip("\n") + "\n" + text[text.index(END) + len(END):].lstrip("\n")
-    return text.rstrip("\n") + f"\n\n{BEGIN}\n{section.rstrip()}\n{END}\n"
-
-
-def append_section(report_path: str, section: str) -> None:
-    """Put ``section`` at the end of ``report_path`` between markers, replacing an earlier one."""
-    with open(report_path, encoding="utf-8") as f:
-        text = with_section(f.read(), section)
-    with open(report_path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(report_path + ".tmp", report_path)

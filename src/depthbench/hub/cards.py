@@ -22,7 +22,8 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+
+from depthbench import atomic
 
 CARD_TEMPLATE = "depthbench_model_card.md"
 LOSS_CURVE = "loss_curve.png"
@@ -51,13 +52,6 @@ def template_text() -> str:
     return resources.files("depthbench.model_cards").joinpath(CARD_TEMPLATE).read_text(encoding="utf-8")
 
 
-def _read_json(path: str) -> Any:
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
 def read_metrics(run_dir: str) -> list[dict]:
     """Rows of ``<run_dir>/metrics.jsonl`` (empty list if absent; a torn last line is skipped)."""
     path = os.path.join(run_dir, "metrics.jsonl")
@@ -74,14 +68,14 @@ def read_metrics(run_dir: str) -> list[dict]:
 
 def collect_inputs(export_dir: str, run_dir: str | None = None, **extra) -> CardInputs:
     """Read the export's ``config.json`` and, if given, the run's ``run_config.json``/``summary.json``/metrics."""
-    model_config = _read_json(os.path.join(export_dir, "config.json"))
+    model_config = atomic.read_json(os.path.join(export_dir, "config.json"))
     if model_config is None:
         raise ValueError(f"{export_dir} has no config.json: a model card needs the exported model's config")
     inputs = CardInputs(model_config=model_config, **extra)
     inputs.recorded = recorded_results(export_dir)
     if run_dir:
-        inputs.run_config = _read_json(os.path.join(run_dir, "run_config.json"))
-        inputs.summary = _read_json(os.path.join(run_dir, "summary.json"))
+        inputs.run_config = atomic.read_json(os.path.join(run_dir, "run_config.json"))
+        inputs.summary = atomic.read_json(os.path.join(run_dir, "summary.json"))
         inputs.metrics = read_metrics(run_dir)
     return inputs
 

@@ -29,10 +29,11 @@ from __future__ import annotations
 import argparse
 import glob
 import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass, field
+
+from depthbench import atomic, runs
 
 CARD_FILES = ("README.md", "loss_curve.png")
 CONVERSION_RECORD = "depthbench_conversion.json"  # written by depthbench convert next to the converted model
@@ -94,27 +95,6 @@ def _file_ids(path: str | None, content: bytes | None) -> tuple[str, str]:
     return git_blob_sha1(content), hashlib.sha256(content).hexdigest()
 
 
-def _read_json(path: str) -> dict | None:
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def is_sweep(path: str) -> bool:
-    return os.path.exists(os.path.join(path, "sweep.json"))
-
-
-def finished_runs(sweep_dir: str) -> list[str]:
-    """Run folders of a sweep whose ``summary.json`` says finished and that have a ``final/`` export."""
-    runs = []
-    for run in sorted(glob.glob(os.path.join(sweep_dir, "runs", "*"))):
-        summary = _read_json(os.path.join(run, "summary.json")) or {}
-        if summary.get("status") == "finished" and os.path.isfile(os.path.join(run, "final", "config.json")):
-            runs.append(run)
-    return runs
-
-
 def run_exports(run_dir: str, revisions: bool) -> list[tuple[str, str]]:
     """``[(branch, export dir)]``: ``main`` <- ``final/``, and with ``revisions`` ``step-NNNNNN`` <- each
     checkpoint's ``hf/`` export."""
@@ -135,16 +115,16 @@ def default_repo_for(source_dir: str, run_dir: str | None, org: str) -> str:
     """The organisation's name for a run (from its config, parameter count, depth and LR) or a converted model."""
     from depthbench.hub.names import converted_repo_name, default_repo_name
 
-    record = _read_json(os.path.join(source_dir, CONVERSION_RECORD))
+    record = atomic.read_json(os.path.join(source_dir, CONVERSION_RECORD))
     if record:
         return converted_repo_name(record["source_repo"], org)
-    config = _read_json(os.path.join(source_dir, "config.json")) or {}
+    config = atomic.read_json(os.path.join(source_dir, "config.json")) or {}
     from depthbench.hub.cards import _arch_for, _shape
 
     arch = _arch_for(config)
     shape = _shape(arch, config)
     lr = None
-    run_config = _read_json(os.path.join(run_dir, "run_config.json")) if run_dir else None
+    run_config = atomic.read_json(os.path.join(run_dir, "run_config.json")) if run_dir else None
     if run_config:
         lr = run_config.get("config", {}).get("optim", {}).get("lr")
     return default_repo_name(arch.id, shape["counts"]["total"], shape["L"], lr, org=org)
@@ -278,8 +258,8 @@ def execute_repo(api, plan: RepoPlan, private: bool) -> list[str]:
 
 def _sweep_plan(sweep_dir: str, org: str, repos: list[RepoPlan]) -> SweepPlan:
     name = os.path.basename(os.path.abspath(sweep_dir))
-    spec = _read_json(os.path.join(sweep_dir, "sweep.json")) or {}
-    archs = spec.get("archs") or sorted({os.path.basename(r.run_dir).split("__")[0] for r in repos})
+    archs = runs.sweep_definition(sweep_dir).get("archs") or sorted(
+        {run.arch for run in runs.sweep_runs(sweep_dir, finished=True) if run.arch})
     description = f"depthbench sweep {name}: {len(repos)} runs ({', '.join(archs)}); report: {org}/{name}-sweep-report"
     report_files: dict[str, bytes] = {}
     for file in ("report.md", "loss_vs_aspect_ratio.png", "results.csv"):
@@ -320,20 +300,20 @@ def publish(path: str, repo: str | None = None, private: bool = False, revisions
         raise PublishError(f"{path} is not a folder: give a run folder, a sweep folder or a converted model folder")
     if repo is not None and repo.count("/") != 1:
         raise PublishError(f"--repo {repo!r} must be NAMESPACE/NAME, e.g. aspect-ratio-scaling/my-model")
-    lm_eval = _read_json(lm_eval_json) if lm_eval_json else None
-    sweep = is_sweep(path)
+    lm_eval = atomic.read_json(lm_eval_json) if lm_eval_json else None
+    sweep = runs.is_sweep(path)
     if sweep:
         if repo:
             raise PublishError("--repo names one repository; a sweep publishes one per run (use --org instead)")
-        runs = [(run, run) for run in finished_runs(path)]
-        if not runs:
+        targets = [(run.run_dir, run.run_dir) for run in runs.sweep_runs(path, finished=True)]
+        if not targets:
             raise PublishError(f"sweep {path} has no finished run with a final/ export: nothing to publish")
     elif os.path.isfile(os.path.join(path, "config.json")) and not os.path.isdir(os.path.join(path, "final")):
-        runs = [(path, None)]  # an HF folder (e.g. a depthbench convert output)
+        targets = [(path, None)]  # an HF folder (e.g. a depthbench convert output)
         if revisions:
             raise PublishError("--revisions needs a training run folder (checkpoints/); this is a single HF folder")
     elif os.path.isdir(os.path.join(path, "final")) or os.path.exists(os.path.join(path, "run_config.json")):
-        runs = [(path, path)]
+        targets = [(path, path)]
     else:
         raise PublishError(f"{path} is neither a run folder (final/, run_config.json), a sweep folder (sweep.json) "
                            "nor an HF model folder (config.json)")
@@ -341,7 +321,7 @@ def publish(path: str, repo: str | None = None, private: bool = False, revisions
         user = check_auth(api)
     namespace = org or ORG
     plans = []
-    for source, run_dir in runs:
+    for source, run_dir in targets:
         source_dir = os.path.join(source, "final") if run_dir else source
         repo_id = repo or default_repo_for(source_dir, run_dir, namespace)
         plans.append(plan_repo(api, source_dir, run_dir, repo_id, revisions, lm_eval, read_remote=True))

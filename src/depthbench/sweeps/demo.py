@@ -49,9 +49,12 @@ import os
 import time
 from typing import Any
 
+from depthbench import atomic
 from depthbench.shapes import grid_shapes
-from depthbench.sweeps.report import collect_results, print_table
-from depthbench.sweeps.runner import SweepError, SweepSpec, run_sweep
+from depthbench.sweeps.report import print_table
+from depthbench.sweeps.results import collect_results
+from depthbench.sweeps.runner import run_sweep
+from depthbench.sweeps.spec import SweepError, SweepSpec
 
 DEMO_ARCHS = ["pre_ln", "hc", "attnres"]
 DEMO_GRID = "tiny"
@@ -83,7 +86,7 @@ DEMO_NOTES = (
 
 
 def demo_spec(data_dir: str, steps: int = DEMO_STEPS, overrides: list[str] | None = None) -> SweepSpec:
-    """The demo's :class:`depthbench.sweeps.runner.SweepSpec` on the prepared corpus ``data_dir``."""
+    """The demo's :class:`depthbench.sweeps.spec.SweepSpec` on the prepared corpus ``data_dir``."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise SweepError(f"--steps {steps!r} is not allowed: the demo's steps must be a positive integer")
     base = json.loads(json.dumps(DEMO_BASE))
@@ -109,8 +112,7 @@ def ensure_demo_data(data_dir: str, log=print, **corpus_kwargs: Any) -> str:
 
     info_path = os.path.join(data_dir, "demo_corpus.json")
     if os.path.exists(os.path.join(data_dir, "meta.json")) and os.path.exists(info_path):
-        with open(info_path, encoding="utf-8") as f:
-            tokens = json.load(f).get("tokens", {})
+        tokens = (atomic.read_json(info_path) or {}).get("tokens", {})
         log(f"demo corpus: reusing {data_dir} ({_tokens_text(tokens)})")
         return data_dir
     t0 = time.time()

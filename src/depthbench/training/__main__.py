@@ -2,6 +2,6 @@
 
 import sys
 
-from depthbench.training.trainer import main
+from depthbench.training.command import main
 
 sys.exit(main())

@@ -1,4 +1,5 @@
-"""Optimizer parameter groups: no-weight-decay parameters and per-architecture learning-rate / epsilon rules.
+"""The optimizer and its schedule: parameter groups (no-weight-decay parameters, per-architecture learning-rate /
+epsilon rules) and the study's LR schedule (:func:`lr_lambda`).
 
 The trainer builds its AdamW from :func:`param_groups`::
 
@@ -20,6 +21,7 @@ Two things decide a parameter's group:
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -47,7 +49,8 @@ def optimizer_rules(model: nn.Module) -> list[dict]:
     return rules
 
 
-def param_groups(model: nn.Module, lr: float, weight_decay: float, eps: float = 1e-8, **kw: Any) -> list[dict]:
+def param_groups(model: nn.Module, lr: float, weight_decay: float, eps: float = 1e-8, *, decay_all: bool = False,
+                 **kw: Any) -> list[dict]:
     """Parameter groups for ``torch.optim.AdamW`` (or any optimizer taking ``lr``, ``weight_decay`` and ``eps``).
 
     Args:
@@ -56,6 +59,8 @@ def param_groups(model: nn.Module, lr: float, weight_decay: float, eps: float = 
         lr: Base learning rate.
         weight_decay: Base weight decay of decayed parameters.
         eps: Base Adam epsilon.
+        decay_all: Give the no-decay groups the base weight decay too (the reference code's decay-everything
+            recipe, ``optim.decay_norms_and_biases=true``); the groups stay as they are.
         **kw: Extra options copied into every group (for example ``betas=(0.9, 0.95)``).
 
     Returns:
@@ -83,10 +88,23 @@ def param_groups(model: nn.Module, lr: float, weight_decay: float, eps: float = 
                 "params": [],
                 "param_names": [],
                 "lr": lr * rule["lr"],
-                "weight_decay": weight_decay * rule["weight_decay"] if decayed else 0.0,
+                "weight_decay": weight_decay * rule["weight_decay"] if decayed else weight_decay if decay_all else 0.0,
                 "eps": eps * rule["eps"],
                 **kw,
             }
         groups[key]["params"].append(param)
         groups[key]["param_names"].append(name)
     return list(groups.values())
+
+
+def lr_lambda(warmup: int, total: int, min_ratio: float):
+    """LR multiplier for optimizer step ``s`` (0-based): ``(s+1)/warmup`` during warmup, then cosine from 1 at
+    ``s = warmup`` to ``min_ratio`` at the last step ``s = total - 1``."""
+
+    def factor(s: int) -> float:
+        if s < warmup:
+            return (s + 1) / warmup
+        progress = min(max((s - warmup) / max(total - 1 - warmup, 1), 0.0), 1.0)
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return factor

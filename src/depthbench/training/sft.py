@@ -212,14 +212,14 @@ def run_sft(cfg: SFTConfig, log=print) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq, Trainer, TrainingArguments
 
     import depthbench  # noqa: F401  (registers the architectures)
-    from depthbench.evaluation.harness import resolve_model_dir
+    from depthbench.runs import model_dir
     from depthbench.training.optim import param_groups
 
     cfg.validate()
     out = Path(cfg.output_dir)
     if (out / "config.json").exists() and not cfg.overwrite:
         raise SFTError(f"{out} already holds a model; choose another -o or pass --overwrite")
-    model_id = resolve_model_dir(cfg.checkpoint)
+    model_id = model_dir(cfg.checkpoint)
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=cfg.trust_remote_code)
     except (OSError, ValueError, TypeError) as exc:

@@ -1,0 +1,47 @@
+"""``depthbench.errors``: one exit-code convention for every command, applied by the command line."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from depthbench.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, exit_code, run_command
+from depthbench.sweeps.runner import SweepRunFailed
+from depthbench.sweeps.spec import SweepError
+from depthbench.training.checkpoint import CheckpointError, CheckpointWriteError, NonFiniteLossError
+
+
+@pytest.mark.parametrize("exc, code", [
+    (ValueError("bad shape"), EXIT_USAGE),
+    (SweepError("unknown architecture"), EXIT_USAGE),
+    (FileNotFoundError(errno.ENOENT, "No such file"), EXIT_USAGE),
+    (PermissionError(errno.EACCES, "Permission denied"), EXIT_USAGE),
+    (OSError(errno.EROFS, "Read-only file system"), EXIT_USAGE),
+    (OSError(errno.ENOSPC, "No space left on device"), EXIT_FAILED),
+    (OSError(errno.EIO, "Input/output error"), EXIT_FAILED),
+    (CheckpointError("corrupt"), EXIT_USAGE),          # bad input although a training error
+    (CheckpointWriteError("disk full"), EXIT_FAILED),
+    (NonFiniteLossError("nan"), EXIT_FAILED),
+    (SweepRunFailed("run failed"), EXIT_FAILED),        # a failure although a SweepError (a ValueError)
+    (RuntimeError("anything else"), EXIT_FAILED),
+])
+def test_exit_codes(exc, code):
+    assert exit_code(exc) == code
+
+
+def test_run_command_prints_one_line_and_keeps_bugs_as_tracebacks(capsys, monkeypatch):
+    monkeypatch.delenv("DEPTHBENCH_TRACEBACK", raising=False)
+
+    def bad_input(args):
+        raise SweepError("--lrs 'x' is not allowed")
+
+    assert run_command("sweep", bad_input, None) == EXIT_USAGE
+    assert capsys.readouterr().err == "depthbench sweep: error: --lrs 'x' is not allowed\n"
+    assert run_command("train", lambda args: None, None) == EXIT_OK
+    assert run_command("train", lambda args: 3, None) == 3
+    with pytest.raises(KeyError):  # a bug, not an error of the input or the work
+        run_command("train", lambda args: {}["x"], None)
+    monkeypatch.setenv("DEPTHBENCH_TRACEBACK", "1")
+    with pytest.raises(SweepError):
+        run_command("sweep", bad_input, None)
