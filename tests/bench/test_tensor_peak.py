@@ -65,10 +65,11 @@ def test_saved_activations_count():
 
 def test_benchmark_memory_is_the_exact_tensor_peak():
     """``depthbench bench``'s CPU memory: tensor peak (ratios' basis) and RSS growth, each model in a fresh child."""
-    from depthbench.bench import benchmark as bench
+    from depthbench.bench.memory import measure_peak_memory
+    from depthbench.bench.settings import BenchSettings
 
-    settings = bench.BenchSettings(shape="d64-L2", batch_size=2, seq_len=32, threads=1)
-    results = bench.measure_peak_memory(["pre_ln", "lns", "hc"], settings)
+    settings = BenchSettings(shape="d64-L2", batch_size=2, seq_len=32, threads=1)
+    results = measure_peak_memory(["pre_ln", "lns", "hc"], settings)
     for result in results.values():
         assert result["peak_mem_method"].startswith("peak live tensor bytes"), result
         assert result["peak_rss_bytes"] is not None
