@@ -53,7 +53,7 @@ def count_decode_step(model: torch.nn.Module, batch_size: int, prompt_len: int, 
 
 
 def main(argv: list[str] | None = None) -> None:
-    from depthbench.bench.benchmark import parse_bench_shape
+    from depthbench.bench.shapes import parse_bench_shape
     from depthbench.registry import build_model, resolve_archs
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

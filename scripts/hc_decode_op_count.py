@@ -23,7 +23,8 @@ import torch
 from depthbench.modeling.modeling_depthbench import _CACHE_FIELD
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from depthbench.bench.benchmark import BenchSettings, build_models
+from depthbench.bench.models import build_models
+from depthbench.bench.settings import BenchSettings
 
 
 class CountOps(TorchDispatchMode):

@@ -1,8 +1,8 @@
 """The command line answers at once, and ``import depthbench`` still registers the Auto classes.
 
-``depthbench --help``, ``archs`` and ``shapes`` must not import torch, transformers or other heavy frameworks
-(measured: 0.15-0.3 s per call on a shared 2-core machine, against ~8 s before); the wall-time bound here is
-generous because the test machines are shared. Registration is checked in fresh interpreters for the import orders
+``depthbench --help``, ``archs``, ``shapes`` and ``bench --help`` must not import torch, transformers or other heavy
+frameworks (measured: 0.15-0.3 s per call on a shared 2-core machine, against ~8 s before); the wall-time bound here
+is generous because the test machines are shared. Registration is checked in fresh interpreters for the import orders
 users meet (depthbench first, transformers first, a modeling file first).
 
     python -m pytest tests/test_cli_latency.py -q
@@ -24,7 +24,7 @@ from depthbench.shapes import GRIDS, _backbone_counts, grid_shapes
 HEAVY = ("torch", "transformers", "numpy", "datasets", "accelerate", "lm_eval", "matplotlib", "huggingface_hub")
 FAST_COMMANDS = [["--help"], ["archs"], ["archs", "--json"], ["shapes"], ["shapes", "400m"],
                  ["shapes", "tiny", "--csv"], ["shapes", "400m", "--arch", "mhc"],
-                 ["shapes", "--budget", "20m", "--depths", "4,8", "--arch", "moda"]]
+                 ["shapes", "--budget", "20m", "--depths", "4,8", "--arch", "moda"], ["bench", "--help"]]
 
 
 def _python(code: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -30,7 +30,7 @@ from depthbench.errors import EXIT_OK, EXIT_USAGE, run_command
 COMMANDS: dict[str, tuple[str, str]] = {
     "archs": ("depthbench.cli", "list the registered architectures"),
     "shapes": ("depthbench.shapes", "shape grids of the design rule with exact parameter counts"),
-    "bench": ("depthbench.bench.benchmark",
+    "bench": ("depthbench.bench.command",
               "train-step time, decode speed and peak memory vs pre_ln and LlamaForCausalLM"),
     "prepare-data": ("depthbench.data.prepare", "tokenize parquet/jsonl/txt files or a Hub dataset into token shards"),
     "train": ("depthbench.training.command", "pretrain a model (Accelerate: CPU, GPU, DDP, FSDP2)"),

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from depthbench.bench import profile as bench_profile
-from depthbench.bench.benchmark import BenchSettings, run_profile
+from depthbench.bench.runner import run_profile
+from depthbench.bench.settings import BenchSettings
 from depthbench.cli import main
 
 

@@ -80,12 +80,12 @@ def measure(model, seq_len: int) -> dict:
             out["peak_bytes_per_token"] = (torch.cuda.max_memory_allocated() - base) / seq_len
             out["peak_method"] = "cuda max_memory_allocated"
         else:
-            from depthbench.bench.benchmark import _proc_status_kb, _reset_peak_rss
+            from depthbench.bench.memory import proc_status_kb, reset_peak_rss
 
-            if _reset_peak_rss():
-                before = _proc_status_kb("VmRSS")
+            if reset_peak_rss():
+                before = proc_status_kb("VmRSS")
                 model(input_ids=ids, use_cache=False)
-                out["peak_bytes_per_token"] = max(0, _proc_status_kb("VmHWM") - before) * 1024 / seq_len
+                out["peak_bytes_per_token"] = max(0, proc_status_kb("VmHWM") - before) * 1024 / seq_len
                 out["peak_method"] = "peak RSS growth (VmHWM)"
     return out
 
