@@ -1,4 +1,4 @@
-"""Reliability of ``depthbench train`` and its inputs (issue 11), in one process with a tiny model: resume without
+"""Reliability of ``depthbench train`` and its inputs, in one process with a tiny model: resume without
 the ``latest`` pointer, elastic resume across micro-batch sizes, overrides allowed on resume, shard verification and
 out-of-vocab ids, a missing tokenizer, bad inputs named, non-finite / unknown config keys, an unwritable output
 folder, a full disk during a checkpoint, a crash before step 1, valid JSON after a NaN, exit codes, and a corrupt
@@ -70,7 +70,7 @@ def copy_data(data_dir: Path, dst: Path) -> Path:
     return dst
 
 
-# ================================================================================================ item 1
+# ==================================================================================== resume without the latest pointer
 def test_missing_latest_pointer_resumes_the_newest_complete_checkpoint(data_dir, straight, tmp_path, capsys):
     out = tmp_path / "run"
     train(load_run_config(run_dict(data_dir, out), ["train.stop_at_step=4"]))
@@ -98,7 +98,7 @@ def test_no_fresh_start_while_only_incomplete_checkpoints_exist(data_dir, tmp_pa
     assert (out / "checkpoints" / "ckpt-000002" / "state").is_dir()
 
 
-# ================================================================================================ item 2 (in-process)
+# ============================================================================================ stop signals (in-process)
 def test_preempt_signal_and_repeated_signals_checkpoint_once(data_dir, tmp_path, monkeypatch, capsys):
     import signal
 
@@ -122,7 +122,7 @@ def test_preempt_signal_and_repeated_signals_checkpoint_once(data_dir, tmp_path,
     assert {sig: signal.getsignal(sig) for sig in before} == before  # handlers restored afterwards
 
 
-# ================================================================================================ item 3 (in-process)
+# ========================================================================================== elastic resume (in-process)
 def test_micro_batch_change_on_resume_matches_the_uninterrupted_run(data_dir, straight, tmp_path):
     out = tmp_path / "run"
     train(load_run_config(run_dict(data_dir, out), ["train.stop_at_step=2"]))  # micro-batch 4: 2 micro-steps
@@ -138,7 +138,7 @@ def test_micro_batch_change_on_resume_matches_the_uninterrupted_run(data_dir, st
     assert record["history"][-1]["changes"]["train.micro_batch_size"] == [4, 2]
 
 
-# ====================================================================================== item 9: resume overrides
+# ================================================================================================== overrides on resume
 def test_safe_overrides_on_resume_apply_and_are_recorded(data_dir, tmp_path, capsys):
     out = tmp_path / "run"
     train(load_run_config(run_dict(data_dir, out), ["train.stop_at_step=2"]))
@@ -195,7 +195,7 @@ def test_crash_before_the_first_step_does_not_block_the_same_command(data_dir, t
     assert "stopped before its first step; starting it again" in capsys.readouterr().err
 
 
-# ================================================================================================ items 8 and 9
+# =========================================================== a full disk, a crash before step 1, valid JSON after a NaN
 class _FullDisk:
     """``depthbench.atomic`` whose ``write_json`` of the second checkpoint's trainer_state.json fails with ENOSPC."""
 
@@ -246,7 +246,7 @@ def test_nan_in_json_files_is_written_as_null(data_dir, tmp_path, monkeypatch):
     assert summary["status"] == "diverged" and summary["final_train_loss"] is None
 
 
-# ================================================================================================ item 4
+# =============================================================================== data verification and out-of-vocab ids
 def _flip_token(shard: Path, offset: int, value: int) -> None:
     ids = np.fromfile(shard, dtype="<u2")
     ids[offset] = value
@@ -298,7 +298,7 @@ def test_out_of_vocab_token_ids_are_refused_naming_shard_and_offset(data_dir, tm
         assert offset >= 1234 and ids[offset] == 4000
 
 
-# ================================================================================================ items 5 and 6
+# ================================================================================ a missing tokenizer, bad inputs named
 def test_missing_tokenizer_is_refused(data_dir, tmp_path):
     data = copy_data(data_dir, tmp_path / "data")
     shutil.rmtree(data / "tokenizer")
@@ -330,7 +330,7 @@ def test_bad_input_files_name_the_file_and_line(tmp_path, name, content, match):
         prepare_data([str(tmp_path / name)], make_tokenizer(), str(tmp_path / "out"), progress=False)
 
 
-# ================================================================================================ item 7
+# ======================================================================== bad input is named before anything is written
 @pytest.mark.parametrize("override, match", [
     ("optim.lr=inf", r"optim.lr=inf is not allowed: numbers in the run config must be finite"),
     ("optim.lr=.nan", r"optim.lr=nan is not allowed"),
@@ -353,7 +353,7 @@ def test_unknown_model_fields_are_refused_naming_the_key(data_dir, tmp_path):
     assert not (tmp_path / "run" / "run_config.json").exists()
 
 
-# ===================================================================================== item 9: exit codes, sweep
+# ====================================================================== exit codes, a corrupt checkpoint inside a sweep
 def test_exit_codes_follow_one_convention(data_dir, tmp_path, capsys):
     from depthbench.cli import main
 

@@ -1,4 +1,4 @@
-"""Stop signals under ``torchrun`` and elastic resume (issue 11), with two CPU processes (gloo):
+"""Stop signals under ``torchrun`` and elastic resume, with two CPU processes (gloo):
 
 * SIGTERM to every process of the job (torchrun and both workers, as Slurm does; torchrun forwards a second copy
   to each worker): exactly one checkpoint, written by both ranks, a clean exit of the workers; then the run resumes
