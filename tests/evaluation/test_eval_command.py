@@ -115,7 +115,8 @@ def test_rerun_skips_finished_tasks(evaluated, capsys):
 def test_model_card_update_keeps_other_content(tmp_path):
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-    from depthbench.evaluation.harness import record_in_model_card
+    from depthbench.evaluation.cards import record_in_model_card
+    from depthbench.evaluation.harness import tasks_dir
 
     old = EvalResult(task_type="text-generation", dataset_type="x/other", dataset_name="other_task",
                      metric_type="acc", metric_value=0.5)
@@ -126,7 +127,7 @@ def test_model_card_update_keeps_other_content(tmp_path):
     card.save(str(tmp_path / "README.md"))
     results = {"results": {"depthbench_nll_gsm8k": {"nll,none": 2.5, "ppl,none": 12.18}},
                "configs": {"depthbench_nll_gsm8k": {"dataset_kwargs": {"source": "gsm8k"}}}}
-    record_in_model_card(tmp_path / "README.md", results, "m")
+    record_in_model_card(tmp_path / "README.md", results, "m", task_dir=tasks_dir())
     text = (tmp_path / "README.md").read_text()
     assert "Hand-written text." in text
     entries = {(e.dataset_name, e.metric_type): e.metric_value for e in ModelCard.load(tmp_path / "README.md").data
@@ -136,7 +137,7 @@ def test_model_card_update_keeps_other_content(tmp_path):
 
 
 def test_token_weighted_groups_by_hand():
-    from depthbench.evaluation.harness import add_token_weighted_groups
+    from depthbench.evaluation.results import add_token_weighted_groups
 
     results = {"results": {
         "a": {"nll,none": 2.0, "bits_per_byte,none": 1.0, "target_tokens,none": 10, "target_bytes,none": 30},

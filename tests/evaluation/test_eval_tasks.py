@@ -129,7 +129,7 @@ def test_group_members(manager):
     assert manager.task_index["depthbench_nll_math"].cfg["task"] == NLL_TASKS[4:]
     for group in LOCAL_GROUPS:
         cfg = manager.task_index[group].cfg
-        if group in NLL_GROUPS:  # token-weighted by depthbench.evaluation.harness (lm-eval weights groups by documents)
+        if group in NLL_GROUPS:  # token-weighted by depthbench.evaluation.results (lm-eval weights groups by documents)
             assert not cfg.get("aggregate_metric_list"), group
             continue
         assert all(agg["aggregation"] == "mean" for agg in cfg["aggregate_metric_list"])

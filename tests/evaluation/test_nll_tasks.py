@@ -175,7 +175,8 @@ def nll_results(tiny_checkpoint, tiny_tokenizer):
     from lm_eval.tasks import TaskManager
     from transformers import AutoModelForCausalLM
 
-    from depthbench.evaluation.harness import _simple_evaluate, add_token_weighted_groups
+    from depthbench.evaluation.harness import _simple_evaluate
+    from depthbench.evaluation.results import add_token_weighted_groups
 
     model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.float32).eval()
     lm = HFLM(pretrained=model, tokenizer=tiny_tokenizer, batch_size=3, backend="causal")

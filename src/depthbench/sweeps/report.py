@@ -209,7 +209,7 @@ def write_report(out_dir: str, *, log: Callable[..., None] = print, plot: bool =
     if not plotted:
         paths.pop("plot")
     # the downstream-evaluation section of `depthbench eval` (if any run was evaluated) survives a rebuilt report
-    from depthbench.evaluation.harness import write_sweep_eval_report
+    from depthbench.evaluation.sweep import write_sweep_eval_report
 
     paths.update({f"eval:{k}": v for k, v in write_sweep_eval_report(out_dir, log=lambda *a: None).items()
                   if k != "report"})
