@@ -210,9 +210,15 @@ def test_sweep_folder(tokenizer, tmp_path):
         run = sweep / "runs" / f"pre_ln__tiny-L{layers}__lr0.003__s0"
         _checkpoint(run / "final", tokenizer, layers=layers, width=width)
         (run / "summary.json").write_text(json.dumps({"arch": "pre_ln", "status": "finished"}))
+    diverged = sweep / "runs" / "pre_ln__tiny-L8__lr0.1__s0"  # has a final/ export, but did not finish
+    _checkpoint(diverged / "final", tokenizer, layers=8, width=16)
+    (diverged / "summary.json").write_text(json.dumps({"arch": "pre_ln", "status": "diverged"}))
     kwargs = dict(limit=2, data_dir=str(FIXTURES), device="cpu", log=lambda *a: None)
     evaluate_sweep(str(sweep), ["depthbench_nll_coding"], **kwargs)
+    assert not (diverged / "eval").exists()
     for run in (sweep / "runs").iterdir():
+        if run == diverged:
+            continue
         results = json.loads((run / "eval" / "results.json").read_text())
         assert "nll,none" in results["results"]["depthbench_nll_coding"]  # token-weighted group row
     assert (sweep / "domain_nll_vs_aspect_ratio.png").stat().st_size > 1000
@@ -232,4 +238,10 @@ def test_sweep_folder(tokenizer, tmp_path):
 def test_folder_that_is_not_a_checkpoint(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["eval", str(tmp_path / "empty"), "--tasks", "depthbench_synthetic_mc_pointer"]) == 2
-    assert "is neither a model folder (config.json) nor a run folder" in capsys.readouterr().err
+    assert "holds no model (no config.json, nor final/config.json)" in capsys.readouterr().err
+    run = tmp_path / "run"  # a training run that has not exported its final model yet
+    run.mkdir()
+    (run / "run_config.json").write_text("{}")
+    assert main(["eval", str(run), "--tasks", "depthbench_synthetic_mc_pointer"]) == 2
+    assert "training run without a final export yet" in capsys.readouterr().err
+    assert not (tmp_path / "empty" / "eval").exists() and not (run / "eval").exists()

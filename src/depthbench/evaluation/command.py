@@ -14,14 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-from depthbench.evaluation.harness import (
-    DEFAULT_TASKS,
-    EvalError,
-    evaluate_checkpoint,
-    evaluate_sweep,
-    is_sweep_dir,
-    tasks_dir,
-)
+from depthbench import runs
+from depthbench.evaluation.harness import DEFAULT_TASKS, EvalError, evaluate_checkpoint, evaluate_sweep, tasks_dir
 
 
 def _limit(text: str) -> float | int:
@@ -48,7 +42,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     kwargs = dict(limit=args.limit, batch_size=args.batch_size, device=args.device, dtype=args.dtype,
                   data_dir=args.data_dir, include_path=args.include_path, trust_remote_code=args.trust_remote_code,
                   max_length=args.max_length)
-    if is_sweep_dir(args.checkpoint):
+    if runs.is_sweep(args.checkpoint):
         if args.output:
             raise EvalError("-o/--output is for one checkpoint; a sweep writes into each run's eval/ folder")
         evaluate_sweep(args.checkpoint, tasks, **kwargs)

@@ -11,13 +11,12 @@ skips what is already there (same ``--limit``).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from depthbench import atomic
+from depthbench import atomic, runs
 from depthbench.evaluation.cards import record_in_model_card
 from depthbench.evaluation.results import add_token_weighted_groups, merge_results, render_results_md
 from depthbench.evaluation.sweep import write_sweep_eval_report
@@ -36,18 +35,6 @@ def tasks_dir() -> Path:
 
 
 # ============================================================================================ lm-eval
-def resolve_model_dir(target: str) -> str:
-    """A run folder -> its ``final/`` export; a model folder or Hub id -> itself."""
-    path = Path(target)
-    if (path / "final" / "config.json").is_file():
-        return str(path / "final")
-    return target
-
-
-def is_sweep_dir(target: str) -> bool:
-    return (Path(target) / "sweep.json").is_file() and (Path(target) / "runs").is_dir()
-
-
 def load_model_and_tokenizer(model_id: str, *, device: str | None = None, dtype: str = "auto",
                              trust_remote_code: bool = False):
     """``(model, tokenizer)`` for any causal LM folder or Hub id, on ``device`` in eval mode.
@@ -204,16 +191,13 @@ def evaluate_checkpoint(target: str, tasks: list[str], *, out_dir: str | os.Path
     skipped. A task that fails does not stop the others; the failures are raised together at the end, after
     every finished result is saved.
     """
-    model_id = resolve_model_dir(target)
+    model_id = runs.model_dir(target)  # a ValueError saying what to pass for a folder that holds no model
     local = Path(model_id).exists()
-    if local and not (Path(model_id) / "config.json").is_file():
-        raise EvalError(f"{target} is neither a model folder (config.json) nor a run folder (final/config.json) "
-                        "nor a sweep folder (sweep.json + runs/)")
     out = _output_dir(target, model_id, out_dir, local)
     if not tasks:
         raise EvalError("--tasks is empty; name at least one task or group, e.g. " + DEFAULT_TASKS)
     results_path = out / "results.json"
-    old = json.loads(results_path.read_text(encoding="utf-8")) if results_path.is_file() else None
+    old = atomic.read_json(results_path)
     pending = [t for t in tasks if not _done(old, t, limit)]
     metadata = {"pretrained": model_id, "trust_remote_code": trust_remote_code}
     if data_dir:
@@ -246,14 +230,15 @@ def evaluate_sweep(sweep_dir: str, tasks: list[str], *, log=print, **kwargs) -> 
     (:func:`depthbench.evaluation.sweep.write_sweep_eval_report`). Returns ``{run name: results}``."""
     from tqdm.auto import tqdm
 
-    runs = sorted(p for p in (Path(sweep_dir) / "runs").iterdir() if (p / "final" / "config.json").is_file())
-    if not runs:
-        raise EvalError(f"sweep {sweep_dir} has no finished run (no runs/*/final/config.json); train it first")
+    finished = runs.sweep_runs(sweep_dir, finished=True)
+    if not finished:
+        raise EvalError(f"sweep {sweep_dir} has no finished run (summary.json status 'finished' and a model in "
+                        "final/); train it first")
     out: dict[str, Any] = {}
     failures = []
-    for run in tqdm(runs, desc="eval runs", unit="run"):
+    for run in tqdm(finished, desc="eval runs", unit="run"):
         try:
-            out[run.name] = evaluate_checkpoint(str(run), tasks, log=log, **kwargs)
+            out[run.name] = evaluate_checkpoint(run.run_dir, tasks, log=log, **kwargs)
         except EvalError as exc:
             if "unknown task" in str(exc):
                 raise

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 from typing import Any
 
-from depthbench import atomic
+from depthbench import atomic, runs
 from depthbench.evaluation.results import DOMAIN_GROUPS, fmt_value, metric_rows
 
 DOMAIN_PLOT = "domain_nll_vs_aspect_ratio.png"
@@ -22,19 +21,18 @@ SECTION_END = "<!-- depthbench eval: end -->"
 
 
 def sweep_eval_rows(sweep_dir: str) -> list[dict[str, Any]]:
-    """One row per (run, task or group, metric) from ``runs/*/eval/results.json``, with the run's architecture,
-    shape and aspect ratio (from its ``final/config.json``)."""
+    """One row per (run, task or group, metric) from the ``eval/results.json`` of every finished run
+    (:func:`depthbench.runs.sweep_runs`), with the run's architecture, shape and aspect ratio (from its
+    ``final/config.json``)."""
     rows = []
-    for results_path in sorted(Path(sweep_dir).glob("runs/*/eval/results.json")):
-        run = results_path.parent.parent
-        cfg = json.loads((run / "final" / "config.json").read_text(encoding="utf-8"))
-        summary_path = run / "summary.json"
-        summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
-        arch = summary.get("arch") or run.name.split("__")[0]
+    for run in runs.sweep_runs(sweep_dir, finished=True):
+        results = atomic.read_json(Path(run.run_dir) / "eval" / "results.json")
+        if results is None:
+            continue
+        cfg = atomic.read_json(Path(run.model_dir) / "config.json")
         layers, width = cfg.get("num_hidden_layers"), cfg.get("hidden_size")
-        results = json.loads(results_path.read_text(encoding="utf-8"))
         for name, metric, value in metric_rows(results):
-            rows.append({"run": run.name, "arch": arch, "L": layers, "d": width,
+            rows.append({"run": run.name, "arch": run.arch, "L": layers, "d": width,
                          "aspect_ratio": round(width / layers, 3) if layers and width else None,
                          "task": name, "metric": metric, "value": value})
     return rows

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from depthbench import atomic
+from depthbench import atomic, runs
 
 PREAMBLE = ("Below is an instruction that describes a task. "
             "Write a response that appropriately completes the request.")
@@ -212,14 +212,13 @@ def run_sft(cfg: SFTConfig, log=print) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq, Trainer, TrainingArguments
 
     import depthbench  # noqa: F401  (registers the architectures)
-    from depthbench.evaluation.harness import resolve_model_dir
     from depthbench.training.optim import param_groups
 
     cfg.validate()
     out = Path(cfg.output_dir)
     if (out / "config.json").exists() and not cfg.overwrite:
         raise SFTError(f"{out} already holds a model; choose another -o or pass --overwrite")
-    model_id = resolve_model_dir(cfg.checkpoint)
+    model_id = runs.model_dir(cfg.checkpoint)
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=cfg.trust_remote_code)
     except (OSError, ValueError, TypeError) as exc:
