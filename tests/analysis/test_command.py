@@ -15,6 +15,7 @@ import torch
 
 import depthbench
 from depthbench.cli import main
+from depthbench.runs import write_report_section
 from tests.helpers import REPO_ROOT, TINY_FIELDS, make_train_data
 
 REPO = REPO_ROOT
@@ -39,7 +40,7 @@ def sweep(tmp_path_factory) -> Path:
             model.save_pretrained(final)
             tok.save_pretrained(final)
     (out / "sweep.json").write_text(json.dumps({"spec": {"base": {"data": {"data_dir": str(data)}}}}))
-    (out / "report.md").write_text("# Sweep report\n\nearlier content\n")
+    write_report_section(str(out), "results", "# Sweep report\n\nearlier content\n")  # `depthbench report`'s
     return out
 
 

@@ -3,8 +3,8 @@ and depths (the study's late-layer fractions against L, logit-lens curves side b
 
 Layout: ``<sweep>/analysis/<run id>/<metric>.{json,csv,png}`` per run; ``<sweep>/analysis/summary.csv`` (one row per
 run and metric summary value); comparison figures ``<sweep>/analysis_late_fractions.png`` and
-``<sweep>/analysis_logit_lens.png``; ``<sweep>/analysis.md``, whose text is also placed in ``report.md`` between
-marker comments (replaced, never duplicated, on every run).
+``<sweep>/analysis_logit_lens.png``; ``<sweep>/analysis.md``, whose text is also the ``analysis`` section of
+``report.md`` (:func:`depthbench.runs.write_report_section`: replaced, never duplicated, on every run).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-BEGIN, END = "<!-- depthbench analyze: begin -->", "<!-- depthbench analyze: end -->"
+from depthbench.runs import write_report_section
+
 LATE_FIGURE = "analysis_late_fractions.png"
 LENS_FIGURE = "analysis_logit_lens.png"
 
@@ -186,7 +187,8 @@ def render_section(results: list[dict[str, Any]], figures: list[str]) -> str:
 
 
 def write_comparison(sweep_dir: str, log: Callable[..., None] = print) -> dict[str, str]:
-    """Comparison figures, ``analysis/summary.csv``, ``analysis.md`` and the section in ``report.md``."""
+    """Comparison figures, ``analysis/summary.csv``, ``analysis.md`` and the ``analysis`` section of
+    ``report.md``."""
     results = load_results(sweep_dir)
     paths: dict[str, str] = {}
     figures = []
@@ -205,27 +207,9 @@ def write_comparison(sweep_dir: str, log: Callable[..., None] = print) -> dict[s
     paths["markdown"] = os.path.join(sweep_dir, "analysis.md")
     with open(paths["markdown"], "w", encoding="utf-8") as f:
         f.write(section + "\n")
-    report = os.path.join(sweep_dir, "report.md")
-    if os.path.isfile(report):
-        append_section(report, section)
-        paths["report"] = report
+    paths["report"] = write_report_section(sweep_dir, "analysis", section)
     for fig in figures:
         paths[fig] = os.path.join(sweep_dir, fig)
     log("wrote " + ", ".join(paths.values()))
     return paths
 
-
-def with_section(text: str, section: str) -> str:
-    """``text`` with ``section`` at its end between markers (an earlier marked section is replaced)."""
-    if BEGIN in text and END in text:
-        text = text[: text.index(BEGIN)].rstrip("\n") + "\n" + text[text.index(END) + len(END):].lstrip("\n")
-    return text.rstrip("\n") + f"\n\n{BEGIN}\n{section.rstrip()}\n{END}\n"
-
-
-def append_section(report_path: str, section: str) -> None:
-    """Put ``section`` at the end of ``report_path`` between markers, replacing an earlier one."""
-    with open(report_path, encoding="utf-8") as f:
-        text = with_section(f.read(), section)
-    with open(report_path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(report_path + ".tmp", report_path)

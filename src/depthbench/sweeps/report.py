@@ -24,7 +24,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from depthbench import atomic
+from depthbench import atomic, runs
 from depthbench.training.checkpoint import latest_trainer_state
 
 
@@ -199,16 +199,11 @@ def write_report(out_dir: str, *, log: Callable[..., None] = print, plot: bool =
     definition = (read_json(os.path.join(out_dir, "sweep.json")) or {}).get("spec")
     text = render_report(rows, metrics, plot_name=os.path.basename(paths["plot"]) if plotted else None,
                          spec=definition)
-    analysis = os.path.join(out_dir, "analysis.md")
-    if os.path.isfile(analysis):  # the layer analyses' section (`depthbench analyze`) survives a rebuild
-        from depthbench.analysis.sweep import with_section
-
-        with open(analysis, encoding="utf-8") as f:
-            text = with_section(text, f.read())
-    atomic.write_text(paths["report"], text)
+    paths["report"] = runs.write_report_section(out_dir, "results", text)
     if not plotted:
         paths.pop("plot")
-    # the downstream-evaluation section of `depthbench eval` (if any run was evaluated) survives a rebuilt report
+    # eval_results.csv and the plots of `depthbench eval` (if any run was evaluated) follow the runs; its section of
+    # report.md is rebuilt with them
     from depthbench.evaluation.sweep import write_sweep_eval_report
 
     paths.update({f"eval:{k}": v for k, v in write_sweep_eval_report(out_dir, log=lambda *a: None).items()
