@@ -200,12 +200,13 @@ def test_failing_task_keeps_finished_results(tokenizer, tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------------------------ sweeps
 def test_sweep_folder(tokenizer, tmp_path):
+    from depthbench import runs
     from depthbench.evaluation.harness import evaluate_sweep
 
     sweep = tmp_path / "sweep"
     (sweep / "runs").mkdir(parents=True)
     (sweep / "sweep.json").write_text("{}")
-    (sweep / "report.md").write_text("# Sweep\n\nexisting text\n")
+    runs.write_report_section(str(sweep), "results", "# Sweep\n\nexisting text\n")  # another command's section
     for layers, width in ((2, 48), (4, 32)):
         run = sweep / "runs" / f"pre_ln__tiny-L{layers}__lr0.003__s0"
         _checkpoint(run / "final", tokenizer, layers=layers, width=width)
@@ -222,9 +223,12 @@ def test_sweep_folder(tokenizer, tmp_path):
         results = json.loads((run / "eval" / "results.json").read_text())
         assert "nll,none" in results["results"]["depthbench_nll_coding"]  # token-weighted group row
     assert (sweep / "domain_nll_vs_aspect_ratio.png").stat().st_size > 1000
+    section = (sweep / "sections" / "evaluation.md").read_text()
+    assert section.startswith("## Downstream evaluation (`depthbench eval`)")
+    assert "![domain_nll_vs_aspect_ratio.png](domain_nll_vs_aspect_ratio.png)" in section
+    assert "| arch | L2 | L4 |" in section and "**depthbench_nll_coding** `nll` (lower is better)" in section
     report = (sweep / "report.md").read_text()
-    assert report.startswith("# Sweep\n\nexisting text") and "## Downstream evaluation" in report
-    assert "| arch | L2 | L4 |" in report and "**depthbench_nll_coding** `nll` (lower is better)" in report
+    assert section.rstrip() in report and "existing text" in report  # the other section is kept
     csv_text = (sweep / "eval_results.csv").read_text()
     assert csv_text.startswith("run,arch,L,d,aspect_ratio,task,metric,value")
     assert "pre_ln,4,32,8.0,depthbench_nll_coding,nll," in csv_text
@@ -232,7 +236,9 @@ def test_sweep_folder(tokenizer, tmp_path):
     mtimes = {p: p.stat().st_mtime_ns for p in sweep.glob("runs/*/eval/results.json")}
     evaluate_sweep(str(sweep), ["depthbench_nll_coding"], **kwargs)
     assert {p: p.stat().st_mtime_ns for p in sweep.glob("runs/*/eval/results.json")} == mtimes
-    assert (sweep / "report.md").read_text().count("## Downstream evaluation") == 1
+    assert (sweep / "sections" / "evaluation.md").read_text() == section
+    report = (sweep / "report.md").read_text()
+    assert report.count("## Downstream evaluation") == 1 and "existing text" in report
 
 
 def test_folder_that_is_not_a_checkpoint(tmp_path, capsys):

@@ -1,5 +1,6 @@
-"""A sweep's downstream evaluation: one row per (run, task, metric) from the runs' ``eval/results.json``,
-``eval_results.csv``, plots of the metrics against aspect ratio and the evaluation section of ``report.md``."""
+"""A sweep's downstream evaluation: one row per (run, task, metric) from the finished runs' ``eval/results.json``,
+``eval_results.csv``, plots of the metrics against aspect ratio and the ``evaluation`` section of the sweep's
+``report.md`` (stored and assembled by :func:`depthbench.runs.write_report_section`)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,13 @@ from typing import Any
 from depthbench import atomic, runs
 from depthbench.evaluation.results import DOMAIN_GROUPS, fmt_value, metric_rows
 
+SECTION = "evaluation"
+"""The name of this module's section of the sweep's report (one of :data:`depthbench.runs.REPORT_SECTIONS`)."""
+EVAL_CSV = "eval_results.csv"
 DOMAIN_PLOT = "domain_nll_vs_aspect_ratio.png"
 SYNTHETIC_PLOT = "synthetic_acc_vs_aspect_ratio.png"
 SYNTHETIC_FAMILY = "depthbench_synthetic_mc_"
 """Prefix of the synthetic depth tasks' per-family tasks (one panel each)."""
-
-SECTION_BEGIN = "<!-- depthbench eval: begin -->"
-SECTION_END = "<!-- depthbench eval: end -->"
-
 
 def sweep_eval_rows(sweep_dir: str) -> list[dict[str, Any]]:
     """One row per (run, task or group, metric) from the ``eval/results.json`` of every finished run
@@ -122,7 +122,7 @@ def _metric_table(rows: list[dict[str, Any]], task: str, metric: str, depths: li
 
 def render_sweep_eval_section(rows: list[dict[str, Any]], plots: list[str]) -> str:
     """The report section: plots, then per task and metric a table of architecture x L."""
-    lines = [SECTION_BEGIN, "## Downstream evaluation (`depthbench eval`)", ""]
+    lines = ["## Downstream evaluation (`depthbench eval`)", ""]
     for plot in plots:
         lines += [f"![{plot}]({plot})", ""]
     keys = sorted({(r["task"], r["metric"]) for r in rows},
@@ -131,8 +131,7 @@ def render_sweep_eval_section(rows: list[dict[str, Any]], plots: list[str]) -> s
     archs = sorted({r["arch"] for r in rows})
     for task, metric in keys:
         lines += _metric_table(rows, task, metric, depths, archs)
-    lines.append(SECTION_END)
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def _write_csv(rows: list[dict[str, Any]], path: str) -> None:
@@ -144,26 +143,19 @@ def _write_csv(rows: list[dict[str, Any]], path: str) -> None:
 
 
 def write_sweep_eval_report(sweep_dir: str, log=print) -> dict[str, str]:
-    """``eval_results.csv``, the plots against aspect ratio and the evaluation section of ``report.md``
-    (replaced if present, appended otherwise); returns the paths written."""
+    """``eval_results.csv``, the plots against aspect ratio (:func:`_write_plots`) and the ``evaluation`` section
+    of the sweep's report (:func:`depthbench.runs.write_report_section`; the section is removed when no finished
+    run was evaluated). Returns the paths written, ``"report"`` being ``report.md``."""
     root = Path(sweep_dir)
     rows = sweep_eval_rows(sweep_dir)
-    if not rows:
-        return {}
-    paths = {"csv": str(root / "eval_results.csv")}
-    _write_csv(rows, paths["csv"])
-    plots = _write_plots(rows, root)
-    for plot in plots:
-        paths[plot] = str(root / plot)
-    section = render_sweep_eval_section(rows, plots)
-    report = root / "report.md"
-    text = report.read_text(encoding="utf-8") if report.is_file() else ""
-    if SECTION_BEGIN in text and SECTION_END in text:
-        head, rest = text.split(SECTION_BEGIN, 1)
-        text = head + section.rstrip("\n") + rest.split(SECTION_END, 1)[1]
-    else:
-        text = (text.rstrip("\n") + "\n\n" if text else "") + section
-    atomic.write_text(str(report), text)
-    paths["report"] = str(report)
-    log(f"eval: sweep report section in {report}; {', '.join(plots) or 'no plot'}")
+    paths: dict[str, str] = {}
+    section = None
+    if rows:
+        paths["csv"] = str(root / EVAL_CSV)
+        _write_csv(rows, paths["csv"])
+        plots = _write_plots(rows, root)
+        paths.update({plot: str(root / plot) for plot in plots})
+        section = render_sweep_eval_section(rows, plots)
+        log(f"eval: sweep report section {SECTION}; {', '.join(plots) or 'no plot'}")
+    paths["report"] = runs.write_report_section(sweep_dir, SECTION, section)
     return paths
