@@ -5,8 +5,9 @@ line (``depthbench.cli.main``) on two offline tasks: ``depthbench_nll_gsm8k`` (h
 ``--data-dir``) and ``depthbench_synthetic_mc_pointer``. Checked: lm-eval's results JSON and the markdown table
 are written, the model card's ``model-index`` round-trips through huggingface_hub with the same numbers, a rerun
 skips finished tasks, a failing task keeps what was finished, unknown tasks / missing tokenizers / tokenizers
-without EOS are clear errors; a two-run sweep folder gets per-run results, ``eval_results.csv``, the domain-NLL plot
-and its report section.
+without EOS are clear errors, and so is a folder without a model; a two-run sweep folder gets per-run results (a run
+that did not finish is skipped), ``eval_results.csv``, the domain-NLL plot and its report section. The modules' own
+pieces are tested on hand-written results in ``test_results.py``, ``test_cards.py`` and ``test_sweep.py``.
 
 Run it with ``python -m pytest tests/evaluation/test_eval_command.py -q``.
 """
@@ -25,10 +26,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 from depthbench.cli import main  # noqa: E402
-from tests.helpers import FIXTURES_DIR, REPO_ROOT
+from depthbench.evaluation.harness import tasks_dir  # noqa: E402
+from tests.helpers import FIXTURES_DIR
 
 FIXTURES = FIXTURES_DIR / "depthbench_nll"
-SYNTH = REPO_ROOT / "eval_tasks" / "depthbench_synthetic" / "data" / "test.jsonl"
+SYNTH = tasks_dir() / "depthbench_synthetic" / "data" / "test.jsonl"
 TASKS = "depthbench_nll_gsm8k,depthbench_synthetic_mc_pointer"
 
 
@@ -110,46 +112,6 @@ def test_rerun_skips_finished_tasks(evaluated, capsys):
     assert main(["eval", str(evaluated), "--tasks", TASKS, "--limit", "4", "--data-dir", str(FIXTURES)]) == 0
     assert "already in" in capsys.readouterr().out
     assert (evaluated / "eval" / "results.json").read_text() == before
-
-
-def test_model_card_update_keeps_other_content(tmp_path):
-    from huggingface_hub import EvalResult, ModelCard, ModelCardData
-
-    from depthbench.evaluation.cards import record_in_model_card
-    from depthbench.evaluation.harness import tasks_dir
-
-    old = EvalResult(task_type="text-generation", dataset_type="x/other", dataset_name="other_task",
-                     metric_type="acc", metric_value=0.5)
-    stale = EvalResult(task_type="text-generation", dataset_type="openai/gsm8k", dataset_name="depthbench_nll_gsm8k",
-                       metric_type="nll", metric_value=9.0)
-    card = ModelCard.from_template(ModelCardData(model_name="m", eval_results=[old, stale]),
-                                   template_str="---\n{{ card_data }}\n---\n\n# m\n\nHand-written text.\n")
-    card.save(str(tmp_path / "README.md"))
-    results = {"results": {"depthbench_nll_gsm8k": {"nll,none": 2.5, "ppl,none": 12.18}},
-               "configs": {"depthbench_nll_gsm8k": {"dataset_kwargs": {"source": "gsm8k"}}}}
-    record_in_model_card(tmp_path / "README.md", results, "m", task_dir=tasks_dir())
-    text = (tmp_path / "README.md").read_text()
-    assert "Hand-written text." in text
-    entries = {(e.dataset_name, e.metric_type): e.metric_value for e in ModelCard.load(tmp_path / "README.md").data
-               .eval_results}
-    assert entries == {("other_task", "acc"): 0.5, ("depthbench_nll_gsm8k", "nll"): 2.5,
-                       ("depthbench_nll_gsm8k", "ppl"): 12.18}
-
-
-def test_token_weighted_groups_by_hand():
-    from depthbench.evaluation.results import add_token_weighted_groups
-
-    results = {"results": {
-        "a": {"nll,none": 2.0, "bits_per_byte,none": 1.0, "target_tokens,none": 10, "target_bytes,none": 30},
-        "b": {"nll,none": 4.0, "bits_per_byte,none": 3.0, "target_tokens,none": 30, "target_bytes,none": 10},
-        "c": {"acc,none": 0.5}},
-        "group_subtasks": {"ab": ["a", "b"], "abc": ["a", "b", "c"], "outer": ["ab"]}}
-    assert add_token_weighted_groups(results) == ["ab", "outer"]  # "abc" has a member without NLL metrics
-    row = results["results"]["ab"]
-    assert row["nll,none"] == pytest.approx((2.0 * 10 + 4.0 * 30) / 40)  # 3.5, not the task mean 3.0
-    assert row["bits_per_byte,none"] == pytest.approx((1.0 * 30 + 3.0 * 10) / 40)
-    assert row["ppl,none"] == pytest.approx(torch.tensor(3.5).exp().item())
-    assert results["results"]["outer"]["nll,none"] == row["nll,none"]
 
 
 # ------------------------------------------------------------------------------------------------------ bad input

@@ -28,9 +28,9 @@ import lm_eval  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 from lm_eval.tasks._yaml_loader import load_yaml  # noqa: E402
 
-from tests.helpers import REPO_ROOT
+from depthbench.evaluation.harness import tasks_dir  # noqa: E402
 
-ROOT = REPO_ROOT / "eval_tasks"
+ROOT = tasks_dir()
 SYNTH = ROOT / "depthbench_synthetic"
 FAMILIES = ("pointer", "permutation", "arithmetic", "variables")
 FAMILY_TASKS = [f"depthbench_synthetic_mc_{f}" for f in FAMILIES]

@@ -28,13 +28,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import FIXTURES_DIR, REPO_ROOT
+from depthbench.evaluation.harness import tasks_dir
+from tests.helpers import FIXTURES_DIR
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-ROOT = REPO_ROOT
-TASKS_DIR = ROOT / "eval_tasks"
+TASKS_DIR = tasks_dir()
 FIXTURES = FIXTURES_DIR / "depthbench_nll"
 SOURCES = ["mbpp", "humaneval", "sciq", "gpqa_diamond", "gsm8k", "math500"]
 TASKS = [f"depthbench_nll_{s}" for s in SOURCES]
