@@ -37,7 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("depthbench.sweeps.command", "train architectures x aspect ratios at a fixed parameter budget"),
     "report": ("depthbench.sweeps.report", "rebuild results.csv, the plot and report.md of a sweep folder"),
     "demo": ("depthbench.sweeps.demo", "the offline CPU demo: a small real aspect-ratio sweep (< 10 min)"),
-    "eval": ("depthbench.evaluation.harness",
+    "eval": ("depthbench.evaluation.command",
              "lm-eval on a checkpoint or every run of a sweep (results.json/.md, card)"),
     "sft": ("depthbench.training.sft", "supervised fine-tuning (Commonsense170K recipe) with transformers.Trainer"),
     "publish": ("depthbench.hub.publish", "upload a run, a sweep or a converted model to the Hugging Face Hub"),

@@ -15,9 +15,10 @@ import torch
 
 import depthbench
 from depthbench.cli import main
-from tests.helpers import REPO_ROOT, TINY_FIELDS, make_train_data
+from depthbench.evaluation.harness import tasks_dir
+from depthbench.runs import write_report_section
+from tests.helpers import TINY_FIELDS, make_train_data
 
-REPO = REPO_ROOT
 COMMON = ["--num-samples", "4", "--seq-len", "16", "--micro-batch-size", "2", "--no-progress"]
 
 
@@ -40,7 +41,7 @@ def sweep(tmp_path_factory) -> Path:
             tok.save_pretrained(final)
             (final.parent / "summary.json").write_text(json.dumps({"status": "finished", "arch": arch}))
     (out / "sweep.json").write_text(json.dumps({"spec": {"base": {"data": {"data_dir": str(data)}}}}))
-    (out / "report.md").write_text("# Sweep report\n\nearlier content\n")
+    write_report_section(str(out), "results", "# Sweep report\n\nearlier content\n")  # `depthbench report`'s
     return out
 
 
@@ -80,7 +81,7 @@ def test_pruning_by_lm_eval_task_through_hflm(sweep, tmp_path):
     from lm_eval.tasks import TaskManager
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    include = str(REPO / "eval_tasks" / "depthbench_synthetic")
+    include = str(tasks_dir() / "depthbench_synthetic")
     task = "depthbench_synthetic_mc_pointer"
     out = tmp_path / "prune"
     assert main(["analyze", str(_ckpt(sweep)), "--metrics", "pruning", "--data", str(sweep.parent / "data"),

@@ -5,8 +5,9 @@ line (``depthbench.cli.main``) on two offline tasks: ``depthbench_nll_gsm8k`` (h
 ``--data-dir``) and ``depthbench_synthetic_mc_pointer``. Checked: lm-eval's results JSON and the markdown table
 are written, the model card's ``model-index`` round-trips through huggingface_hub with the same numbers, a rerun
 skips finished tasks, a failing task keeps what was finished, unknown tasks / missing tokenizers / tokenizers
-without EOS are clear errors; a two-run sweep folder gets per-run results, ``eval_results.csv``, the domain-NLL plot
-and its report section.
+without EOS are clear errors, and so is a folder without a model; a two-run sweep folder gets per-run results (a run
+that did not finish is skipped), ``eval_results.csv``, the domain-NLL plot and its report section. The modules' own
+pieces are tested on hand-written results in ``test_results.py``, ``test_cards.py`` and ``test_sweep.py``.
 
 Run it with ``python -m pytest tests/evaluation/test_eval_command.py -q``.
 """
@@ -25,10 +26,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 from depthbench.cli import main  # noqa: E402
-from tests.helpers import FIXTURES_DIR, REPO_ROOT
+from depthbench.evaluation.harness import tasks_dir  # noqa: E402
+from tests.helpers import FIXTURES_DIR
 
 FIXTURES = FIXTURES_DIR / "depthbench_nll"
-SYNTH = REPO_ROOT / "eval_tasks" / "depthbench_synthetic" / "data" / "test.jsonl"
+SYNTH = tasks_dir() / "depthbench_synthetic" / "data" / "test.jsonl"
 TASKS = "depthbench_nll_gsm8k,depthbench_synthetic_mc_pointer"
 
 
@@ -112,45 +114,6 @@ def test_rerun_skips_finished_tasks(evaluated, capsys):
     assert (evaluated / "eval" / "results.json").read_text() == before
 
 
-def test_model_card_update_keeps_other_content(tmp_path):
-    from huggingface_hub import EvalResult, ModelCard, ModelCardData
-
-    from depthbench.evaluation.harness import record_in_model_card
-
-    old = EvalResult(task_type="text-generation", dataset_type="x/other", dataset_name="other_task",
-                     metric_type="acc", metric_value=0.5)
-    stale = EvalResult(task_type="text-generation", dataset_type="openai/gsm8k", dataset_name="depthbench_nll_gsm8k",
-                       metric_type="nll", metric_value=9.0)
-    card = ModelCard.from_template(ModelCardData(model_name="m", eval_results=[old, stale]),
-                                   template_str="---\n{{ card_data }}\n---\n\n# m\n\nHand-written text.\n")
-    card.save(str(tmp_path / "README.md"))
-    results = {"results": {"depthbench_nll_gsm8k": {"nll,none": 2.5, "ppl,none": 12.18}},
-               "configs": {"depthbench_nll_gsm8k": {"dataset_kwargs": {"source": "gsm8k"}}}}
-    record_in_model_card(tmp_path / "README.md", results, "m")
-    text = (tmp_path / "README.md").read_text()
-    assert "Hand-written text." in text
-    entries = {(e.dataset_name, e.metric_type): e.metric_value for e in ModelCard.load(tmp_path / "README.md").data
-               .eval_results}
-    assert entries == {("other_task", "acc"): 0.5, ("depthbench_nll_gsm8k", "nll"): 2.5,
-                       ("depthbench_nll_gsm8k", "ppl"): 12.18}
-
-
-def test_token_weighted_groups_by_hand():
-    from depthbench.evaluation.harness import add_token_weighted_groups
-
-    results = {"results": {
-        "a": {"nll,none": 2.0, "bits_per_byte,none": 1.0, "target_tokens,none": 10, "target_bytes,none": 30},
-        "b": {"nll,none": 4.0, "bits_per_byte,none": 3.0, "target_tokens,none": 30, "target_bytes,none": 10},
-        "c": {"acc,none": 0.5}},
-        "group_subtasks": {"ab": ["a", "b"], "abc": ["a", "b", "c"], "outer": ["ab"]}}
-    assert add_token_weighted_groups(results) == ["ab", "outer"]  # "abc" has a member without NLL metrics
-    row = results["results"]["ab"]
-    assert row["nll,none"] == pytest.approx((2.0 * 10 + 4.0 * 30) / 40)  # 3.5, not the task mean 3.0
-    assert row["bits_per_byte,none"] == pytest.approx((1.0 * 30 + 3.0 * 10) / 40)
-    assert row["ppl,none"] == pytest.approx(torch.tensor(3.5).exp().item())
-    assert results["results"]["outer"]["nll,none"] == row["nll,none"]
-
-
 # ------------------------------------------------------------------------------------------------------ bad input
 def test_unknown_task_is_an_error_and_writes_nothing(tokenizer, tmp_path, capsys):
     ckpt = _checkpoint(tmp_path / "ckpt", tokenizer)
@@ -199,25 +162,35 @@ def test_failing_task_keeps_finished_results(tokenizer, tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------------------------ sweeps
 def test_sweep_folder(tokenizer, tmp_path):
+    from depthbench import runs
     from depthbench.evaluation.harness import evaluate_sweep
 
     sweep = tmp_path / "sweep"
     (sweep / "runs").mkdir(parents=True)
     (sweep / "sweep.json").write_text("{}")
-    (sweep / "report.md").write_text("# Sweep\n\nexisting text\n")
+    runs.write_report_section(str(sweep), "results", "# Sweep\n\nexisting text\n")  # another command's section
     for layers, width in ((2, 48), (4, 32)):
         run = sweep / "runs" / f"pre_ln__tiny-L{layers}__lr0.003__s0"
         _checkpoint(run / "final", tokenizer, layers=layers, width=width)
         (run / "summary.json").write_text(json.dumps({"arch": "pre_ln", "status": "finished"}))
+    diverged = sweep / "runs" / "pre_ln__tiny-L8__lr0.1__s0"  # has a final/ export, but did not finish
+    _checkpoint(diverged / "final", tokenizer, layers=8, width=16)
+    (diverged / "summary.json").write_text(json.dumps({"arch": "pre_ln", "status": "diverged"}))
     kwargs = dict(limit=2, data_dir=str(FIXTURES), device="cpu", log=lambda *a: None)
     evaluate_sweep(str(sweep), ["depthbench_nll_coding"], **kwargs)
+    assert not (diverged / "eval").exists()
     for run in (sweep / "runs").iterdir():
+        if run == diverged:
+            continue
         results = json.loads((run / "eval" / "results.json").read_text())
         assert "nll,none" in results["results"]["depthbench_nll_coding"]  # token-weighted group row
     assert (sweep / "domain_nll_vs_aspect_ratio.png").stat().st_size > 1000
+    section = (sweep / "sections" / "evaluation.md").read_text()
+    assert section.startswith("## Downstream evaluation (`depthbench eval`)")
+    assert "![domain_nll_vs_aspect_ratio.png](domain_nll_vs_aspect_ratio.png)" in section
+    assert "| arch | L2 | L4 |" in section and "**depthbench_nll_coding** `nll` (lower is better)" in section
     report = (sweep / "report.md").read_text()
-    assert report.startswith("# Sweep\n\nexisting text") and "## Downstream evaluation" in report
-    assert "| arch | L2 | L4 |" in report and "**depthbench_nll_coding** `nll` (lower is better)" in report
+    assert section.rstrip() in report and "existing text" in report  # the other section is kept
     csv_text = (sweep / "eval_results.csv").read_text()
     assert csv_text.startswith("run,arch,L,d,aspect_ratio,task,metric,value")
     assert "pre_ln,4,32,8.0,depthbench_nll_coding,nll," in csv_text
@@ -225,10 +198,18 @@ def test_sweep_folder(tokenizer, tmp_path):
     mtimes = {p: p.stat().st_mtime_ns for p in sweep.glob("runs/*/eval/results.json")}
     evaluate_sweep(str(sweep), ["depthbench_nll_coding"], **kwargs)
     assert {p: p.stat().st_mtime_ns for p in sweep.glob("runs/*/eval/results.json")} == mtimes
-    assert (sweep / "report.md").read_text().count("## Downstream evaluation") == 1
+    assert (sweep / "sections" / "evaluation.md").read_text() == section
+    report = (sweep / "report.md").read_text()
+    assert report.count("## Downstream evaluation") == 1 and "existing text" in report
 
 
 def test_folder_that_is_not_a_checkpoint(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["eval", str(tmp_path / "empty"), "--tasks", "depthbench_synthetic_mc_pointer"]) == 2
-    assert "is neither a model folder (config.json) nor a run folder" in capsys.readouterr().err
+    assert "holds no model (no config.json, nor final/config.json)" in capsys.readouterr().err
+    run = tmp_path / "run"  # a training run that has not exported its final model yet
+    run.mkdir()
+    (run / "run_config.json").write_text("{}")
+    assert main(["eval", str(run), "--tasks", "depthbench_synthetic_mc_pointer"]) == 2
+    assert "training run without a final export yet" in capsys.readouterr().err
+    assert not (tmp_path / "empty" / "eval").exists() and not (run / "eval").exists()

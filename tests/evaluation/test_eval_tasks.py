@@ -28,9 +28,9 @@ import lm_eval  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 from lm_eval.tasks._yaml_loader import load_yaml  # noqa: E402
 
-from tests.helpers import REPO_ROOT
+from depthbench.evaluation.harness import tasks_dir  # noqa: E402
 
-ROOT = REPO_ROOT / "eval_tasks"
+ROOT = tasks_dir()
 SYNTH = ROOT / "depthbench_synthetic"
 FAMILIES = ("pointer", "permutation", "arithmetic", "variables")
 FAMILY_TASKS = [f"depthbench_synthetic_mc_{f}" for f in FAMILIES]
@@ -129,7 +129,7 @@ def test_group_members(manager):
     assert manager.task_index["depthbench_nll_math"].cfg["task"] == NLL_TASKS[4:]
     for group in LOCAL_GROUPS:
         cfg = manager.task_index[group].cfg
-        if group in NLL_GROUPS:  # token-weighted by depthbench.evaluation.harness (lm-eval weights groups by documents)
+        if group in NLL_GROUPS:  # token-weighted by depthbench.evaluation.results (lm-eval weights groups by documents)
             assert not cfg.get("aggregate_metric_list"), group
             continue
         assert all(agg["aggregation"] == "mean" for agg in cfg["aggregate_metric_list"])

@@ -28,13 +28,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import FIXTURES_DIR, REPO_ROOT
+from depthbench.evaluation.harness import tasks_dir
+from tests.helpers import FIXTURES_DIR
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-ROOT = REPO_ROOT
-TASKS_DIR = ROOT / "eval_tasks"
+TASKS_DIR = tasks_dir()
 FIXTURES = FIXTURES_DIR / "depthbench_nll"
 SOURCES = ["mbpp", "humaneval", "sciq", "gpqa_diamond", "gsm8k", "math500"]
 TASKS = [f"depthbench_nll_{s}" for s in SOURCES]
@@ -175,7 +175,8 @@ def nll_results(tiny_checkpoint, tiny_tokenizer):
     from lm_eval.tasks import TaskManager
     from transformers import AutoModelForCausalLM
 
-    from depthbench.evaluation.harness import _simple_evaluate, add_token_weighted_groups
+    from depthbench.evaluation.harness import _simple_evaluate
+    from depthbench.evaluation.results import add_token_weighted_groups
 
     model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.float32).eval()
     lm = HFLM(pretrained=model, tokenizer=tiny_tokenizer, batch_size=3, backend="causal")

@@ -177,7 +177,8 @@ DEMO_EVAL_TASKS = ["depthbench_synthetic"]
 def evaluate_demo(out: str, limit: int | None = None, log=print) -> None:
     """Accuracy by depth: ``depthbench eval`` over the demo's runs on :data:`DEMO_EVAL_TASKS` (offline), into the
     report; prints the mean accuracy per architecture and depth."""
-    from depthbench.evaluation.harness import evaluate_sweep, sweep_eval_rows
+    from depthbench.evaluation.harness import evaluate_sweep
+    from depthbench.evaluation.sweep import sweep_eval_rows
 
     evaluate_sweep(out, DEMO_EVAL_TASKS, limit=limit, batch_size=16, device="cpu", dtype="float32",
                    log=lambda *a: None)

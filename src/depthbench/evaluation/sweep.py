@@ -1,0 +1,161 @@
+"""A sweep's downstream evaluation: one row per (run, task, metric) from the finished runs' ``eval/results.json``,
+``eval_results.csv``, plots of the metrics against aspect ratio and the ``evaluation`` section of the sweep's
+``report.md`` (stored and assembled by :func:`depthbench.runs.write_report_section`)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+from depthbench import atomic, runs
+from depthbench.evaluation.results import DOMAIN_GROUPS, fmt_value, metric_rows
+
+SECTION = "evaluation"
+"""The name of this module's section of the sweep's report (one of :data:`depthbench.runs.REPORT_SECTIONS`)."""
+EVAL_CSV = "eval_results.csv"
+DOMAIN_PLOT = "domain_nll_vs_aspect_ratio.png"
+SYNTHETIC_PLOT = "synthetic_acc_vs_aspect_ratio.png"
+SYNTHETIC_FAMILY = "depthbench_synthetic_mc_"
+"""Prefix of the synthetic depth tasks' per-family tasks (one panel each)."""
+
+def sweep_eval_rows(sweep_dir: str) -> list[dict[str, Any]]:
+    """One row per (run, task or group, metric) from the ``eval/results.json`` of every finished run
+    (:func:`depthbench.runs.sweep_runs`), with the run's architecture, shape and aspect ratio (from its
+    ``final/config.json``)."""
+    rows = []
+    for run in runs.sweep_runs(sweep_dir, finished=True):
+        results = atomic.read_json(Path(run.run_dir) / "eval" / "results.json")
+        if results is None:
+            continue
+        cfg = atomic.read_json(Path(run.model_dir) / "config.json")
+        layers, width = cfg.get("num_hidden_layers"), cfg.get("hidden_size")
+        for name, metric, value in metric_rows(results):
+            rows.append({"run": run.name, "arch": run.arch, "L": layers, "d": width,
+                         "aspect_ratio": round(width / layers, 3) if layers and width else None,
+                         "task": name, "metric": metric, "value": value})
+    return rows
+
+
+# ============================================================================================ plots
+def _plot_panel(ax, rows: list[dict[str, Any]], task: str, metric: str, title: str, ylabel: str) -> None:
+    """The metric against d/L (log scale, deeper to the right), one line per architecture (mean over runs at the
+    same shape); ticks at the measured shapes, labelled d/L and L."""
+    from matplotlib.ticker import NullFormatter
+
+    sel = [r for r in rows if r["task"] == task and r["metric"] == metric and r["aspect_ratio"]]
+    for arch in sorted({r["arch"] for r in sel}):
+        pts: dict[float, list[float]] = {}
+        for r in sel:
+            if r["arch"] == arch:
+                pts.setdefault(r["aspect_ratio"], []).append(r["value"])
+        xs = sorted(pts)
+        ax.plot(xs, [sum(pts[x]) / len(pts[x]) for x in xs], marker="o", label=arch)
+    ticks = sorted({(r["aspect_ratio"], r["L"]) for r in sel})
+    ax.set_xscale("log")
+    ax.set_xticks([x for x, _ in ticks])
+    ax.set_xticklabels([f"{x:g}\nL{L}" for x, L in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.invert_xaxis()
+    ax.set_title(title)
+    ax.set_xlabel("d / L (deeper to the right)")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+
+
+def _plot_panels(rows: list[dict[str, Any]], panels: list[tuple[str, str, str]], path: Path, ylabel: str) -> None:
+    """One panel per ``(task, metric, title)`` (:func:`_plot_panel`), three to a row, saved as ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ncols = min(3, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols, 3.6 * nrows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (task, metric, title) in zip(axes.flat, panels):
+        _plot_panel(ax, rows, task, metric, title, ylabel)
+    axes.flat[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _write_plots(rows: list[dict[str, Any]], root: Path) -> list[str]:
+    """``domain_nll_vs_aspect_ratio.png`` (one panel per domain, when the NLL groups were run) and
+    ``synthetic_acc_vs_aspect_ratio.png`` (when the synthetic tasks were run) in ``root``; returns their names."""
+    have = {(r["task"], r["metric"]) for r in rows}
+    plots = []
+    domains = [(g, "nll", f"{label} NLL") for g, label in DOMAIN_GROUPS.items() if (g, "nll") in have]
+    if domains:
+        _plot_panels(rows, domains, root / DOMAIN_PLOT, "NLL per target token (nats)")
+        plots.append(DOMAIN_PLOT)
+    synth = sorted(t for t, m in have if t.startswith(SYNTHETIC_FAMILY) and m == "acc")
+    if synth:
+        panels = [(t, "acc", t.removeprefix(SYNTHETIC_FAMILY)) for t in synth]
+        if ("depthbench_synthetic", "acc") in have:
+            panels.append(("depthbench_synthetic", "acc", "mean of families"))
+        _plot_panels(rows, panels, root / SYNTHETIC_PLOT, "accuracy (chance 0.25)")
+        plots.append(SYNTHETIC_PLOT)
+    return plots
+
+
+# ============================================================================================ report section
+def _metric_table(rows: list[dict[str, Any]], task: str, metric: str, depths: list[int], archs: list[str]) -> list[str]:
+    """One task and metric as a table of architecture x L (mean over the runs at each cell)."""
+    sel = [r for r in rows if r["task"] == task and r["metric"] == metric]
+    better = "lower" if metric.split(" ")[0] in ("nll", "ppl", "bits_per_byte") else "higher"
+    lines = [f"**{task}** `{metric}` ({better} is better)", "",
+             "| arch | " + " | ".join(f"L{L}" for L in depths) + " |",
+             "|---|" + "---:|" * len(depths)]
+    for arch in archs:
+        cells = []
+        for L in depths:
+            vals = [r["value"] for r in sel if r["arch"] == arch and r["L"] == L]
+            cells.append(fmt_value(sum(vals) / len(vals)) if vals else "")
+        lines.append(f"| {arch} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def render_sweep_eval_section(rows: list[dict[str, Any]], plots: list[str]) -> str:
+    """The report section: plots, then per task and metric a table of architecture x L."""
+    lines = ["## Downstream evaluation (`depthbench eval`)", ""]
+    for plot in plots:
+        lines += [f"![{plot}]({plot})", ""]
+    keys = sorted({(r["task"], r["metric"]) for r in rows},
+                  key=lambda k: (k[0] not in DOMAIN_GROUPS and k[0] != "depthbench_nll", k))
+    depths = sorted({r["L"] for r in rows if r["L"]})
+    archs = sorted({r["arch"] for r in rows})
+    for task, metric in keys:
+        lines += _metric_table(rows, task, metric, depths, archs)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _write_csv(rows: list[dict[str, Any]], path: str) -> None:
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic.write_text(path, table.getvalue())
+
+
+def write_sweep_eval_report(sweep_dir: str, log=print) -> dict[str, str]:
+    """``eval_results.csv``, the plots against aspect ratio (:func:`_write_plots`) and the ``evaluation`` section
+    of the sweep's report (:func:`depthbench.runs.write_report_section`; the section is removed when no finished
+    run was evaluated). Returns the paths written, ``"report"`` being ``report.md``."""
+    root = Path(sweep_dir)
+    rows = sweep_eval_rows(sweep_dir)
+    paths: dict[str, str] = {}
+    section = None
+    if rows:
+        paths["csv"] = str(root / EVAL_CSV)
+        _write_csv(rows, paths["csv"])
+        plots = _write_plots(rows, root)
+        paths.update({plot: str(root / plot) for plot in plots})
+        section = render_sweep_eval_section(rows, plots)
+        log(f"eval: sweep report section {SECTION}; {', '.join(plots) or 'no plot'}")
+    paths["report"] = runs.write_report_section(sweep_dir, SECTION, section)
+    return paths
