@@ -12,13 +12,15 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-import depthbench.data.prepare as data_mod
+import depthbench.data.prepare as prepare_mod
 from depthbench.data import (
+    FORMAT_VERSION,
     TokenShards,
     TokenWindows,
     WindowLoader,
     make_tiny_tokenizer,
     prepare_data,
+    token_dtype,
 )
 
 
@@ -101,7 +103,7 @@ def test_jsonl_documents_end_in_exactly_one_eos(tmp_path, tok):
         assert doc[-1] == tok.eos_token_id and doc.count(tok.eos_token_id) == 1
     assert meta["dtype"] == "uint16" and meta["vocab_size"] == len(tok) == 512
     assert meta["eos_token_id"] == tok.eos_token_id and meta["pad_token_id"] == tok.pad_token_id
-    assert meta["format_version"] == data_mod.FORMAT_VERSION
+    assert meta["format_version"] == FORMAT_VERSION
     assert "eval" not in meta["splits"]
     assert os.path.exists(out / "tokenizer" / "tokenizer.json")
     with open(out / "meta.json") as f:
@@ -167,7 +169,7 @@ def test_dtype_uint16_vs_uint32(tmp_path, tok):
     small = prepare_data([src], tok, str(tmp_path / "small"), progress=False)
     big = prepare_data([src], _BigVocabTokenizer(), str(tmp_path / "big"), progress=False)
     assert small["dtype"] == "uint16" and big["dtype"] == "uint32"
-    assert data_mod.token_dtype(65_536) == np.uint16 and data_mod.token_dtype(65_537) == np.uint32
+    assert token_dtype(65_536) == np.uint16 and token_dtype(65_537) == np.uint32
     shard = big["splits"]["train"]["shards"][0]
     assert os.path.getsize(tmp_path / "big" / shard["file"]) == 4 * shard["tokens"] == 4 * 9
     expected = [65_000 + ord(c) for c in "abc"] + [70_000] + [65_000 + ord(c) for c in "xyz!"] + [70_000]
@@ -226,13 +228,13 @@ def test_rerun_skips_completed_shards(tmp_path, tok, monkeypatch):
     mtimes = {f: f.stat().st_mtime_ns for f in files}
 
     encoded: list[int] = []
-    real_encode = data_mod._encode_documents
+    real_encode = prepare_mod._encode_documents
 
     def counting(tokenizer, texts, *args):
         encoded.append(len(texts))
         return real_encode(tokenizer, texts, *args)
 
-    monkeypatch.setattr(data_mod, "_encode_documents", counting)
+    monkeypatch.setattr(prepare_mod, "_encode_documents", counting)
     # complete re-run: nothing is tokenized or rewritten
     again = prepare_data([src], tok, str(out), shard_tokens=4000, eval_fraction=0.2, progress=False)
     assert again["content_hash"] == meta["content_hash"] and encoded == []
@@ -297,7 +299,7 @@ def test_eval_fraction_split_is_deterministic_by_content(tmp_path, tok):
     ev_a = _split_docs(_stream(tmp_path / "a", "eval"), tok.eos_token_id)
     ev_b = _split_docs(_stream(tmp_path / "b", "eval"), tok.eos_token_id)
     assert sorted(map(tuple, ev_a)) == sorted(map(tuple, ev_b))
-    held = [t for t in texts if data_mod._doc_hash_fraction(t) < 0.25]
+    held = [t for t in texts if prepare_mod._doc_hash_fraction(t) < 0.25]
     assert ev_a == [_expected_ids(tok, t) for t in held]
     c = prepare_data([src], tok, str(tmp_path / "c"), eval_fraction=0.25, progress=False)
     assert c["content_hash"] == a["content_hash"]
@@ -391,7 +393,7 @@ def test_num_workers_gives_identical_output(tmp_path, tok):
 @pytest.mark.slow
 def test_num_workers_spawn_start_method(tmp_path, tok, monkeypatch):
     """The spawn path (non-Linux) reloads the saved tokenizer in each worker; slow (workers import depthbench)."""
-    monkeypatch.setattr(data_mod.multiprocessing, "get_all_start_methods", lambda: ["spawn"])
+    monkeypatch.setattr(prepare_mod.multiprocessing, "get_all_start_methods", lambda: ["spawn"])
     src = _write_jsonl(tmp_path / "d.jsonl", _paragraphs(300))
     one = prepare_data([src], tok, str(tmp_path / "one"), shard_tokens=20_000, progress=False)
     two = prepare_data([src], tok, str(tmp_path / "two"), shard_tokens=20_000, num_workers=2, progress=False)

@@ -35,7 +35,7 @@ from typing import Any
 
 from depthbench import atomic
 from depthbench.config import RunConfig, RunConfigError
-from depthbench.data.prepare import TOKENIZER_CONFIG, finalize_tokenizer_config
+from depthbench.data.tokenizers import TOKENIZER_CONFIG, finalize_tokenizer_config
 from depthbench.errors import BadInput, Failed
 
 #: Keys of the run config that define a run, with the reason a resume may not change them (refused with it).
