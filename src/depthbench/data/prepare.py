@@ -1,5 +1,7 @@
-"""The ``prepare_data`` pipeline: tokenization (parallel, deterministic), the configuration fingerprint used for
-resuming, and ``meta.json``. The on-disk format is described in ``depthbench.data``; its pieces live in
+"""The ``prepare_data`` pipeline: plan a preparation (inputs resolved into sources, the tokenizer, the splits and
+the configuration fingerprint used for resuming), read the documents in input order and give each one its split,
+tokenize them in chunks (in this process or a pool of workers, with identical output), hand the tokens to the
+split writers and write ``meta.json``. The on-disk format is described in ``depthbench.data``; its pieces live in
 ``depthbench.data.sources`` (inputs), ``depthbench.data.tokenizers``, ``depthbench.data.writer`` (shards) and
 ``depthbench.data.loader`` (reading); the command is ``depthbench.data.command``.
 """
@@ -15,60 +17,18 @@ import os
 import re
 import warnings
 from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from depthbench import atomic
-from depthbench.data.sources import iter_source_texts, resolve_sources, source_fingerprint
+from depthbench.data.sources import Source, iter_source_texts, resolve_sources, source_fingerprint
 from depthbench.data.tokenizers import load_tokenizer, save_tokenizer, tokenizer_fingerprint
 from depthbench.data.writer import FORMAT_VERSION, SplitWriter, completed_meta, content_hash, token_dtype
 
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _CHUNK_DOCS = 256  # documents per tokenization task
-
-
-def _doc_hash_fraction(text: str) -> float:
-    """Deterministic pseudo-uniform value in [0, 1) from a document's content (blake2b, 64 bits)."""
-    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "little") / 2.0**64
-
-
-
-def _encode_documents(tokenizer: Any, texts: list[str], eos_id: int, append_eos: bool, dtype: np.dtype):
-    """Tokenize ``texts``; return (flat token array, per-document lengths)."""
-    enc = tokenizer(texts, add_special_tokens=True)["input_ids"]
-    arrays = []
-    lengths = np.empty(len(enc), dtype=np.int64)
-    for i, ids in enumerate(enc):
-        if append_eos and (len(ids) == 0 or ids[-1] != eos_id):
-            ids = list(ids) + [eos_id]
-        arrays.append(np.asarray(ids, dtype=np.int64))
-        lengths[i] = len(ids)
-    flat = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int64)
-    if flat.size and (flat.min() < 0 or flat.max() > np.iinfo(dtype).max):
-        raise ValueError(f"token id out of range for dtype {dtype}: min {flat.min()}, max {flat.max()}")
-    return flat.astype(dtype), lengths
-
-
-# Worker-process state for parallel tokenization.
-_WORKER: dict[str, Any] = {}
-
-
-def _worker_init(tokenizer: Any, eos_id: int, append_eos: bool, dtype_str: str) -> None:
-    """Pool initializer: ``tokenizer`` is the object itself (fork) or its saved directory (spawn)."""
-    import torch
-
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    torch.set_num_threads(1)
-    _WORKER["tokenizer"] = load_tokenizer(tokenizer)
-    _WORKER["eos_id"] = eos_id
-    _WORKER["append_eos"] = append_eos
-    _WORKER["dtype"] = np.dtype(dtype_str)
-
-
-def _worker_encode(texts: list[str]):
-    return _encode_documents(_WORKER["tokenizer"], texts, _WORKER["eos_id"], _WORKER["append_eos"], _WORKER["dtype"])
 
 
 def prepare_data(
@@ -144,10 +104,82 @@ def prepare_data(
     Raises:
         ValueError: Missing / unmatched inputs, zero documents, tokenizer without EOS, bad arguments.
     """
-    if not 0.0 <= eval_fraction < 1.0:
-        raise ValueError(f"eval_fraction must be in [0, 1), got {eval_fraction}")
-    if shard_tokens <= 0:
-        raise ValueError(f"shard_tokens must be positive, got {shard_tokens}")
+    settings = _Settings(text_field=text_field, eval_fraction=eval_fraction, shard_tokens=shard_tokens,
+                         max_documents=max_documents, dataset_config=dataset_config, hf_split=split,
+                         append_eos=append_eos)
+    plan = _plan(inputs, tokenizer, settings, _split_files(eval_files, extra_splits))
+    os.makedirs(output_dir, exist_ok=True)
+    existing = completed_meta(output_dir, plan.fingerprint)
+    if existing is not None:
+        return existing
+
+    tokenizer_dir = os.path.join(output_dir, "tokenizer")
+    save_tokenizer(plan.tokenizer, tokenizer_dir, model_max_length)
+    writers = {name: SplitWriter(output_dir, name, plan.dtype, shard_tokens, plan.fingerprint)
+               for name in plan.split_names}
+    from tqdm.auto import tqdm
+
+    bar = tqdm(desc=f"tokenizing -> {output_dir}", unit="doc", disable=not progress, mininterval=1.0)
+    try:
+        total_docs = _tokenize_into(writers, plan, num_workers, tokenizer_dir, bar)
+    finally:
+        bar.close()
+
+    if total_docs == 0:
+        searched = [s.path for s in plan.sources]
+        raise ValueError(f"prepare_data: found zero non-empty documents (field {text_field!r}) in {searched}")
+    for w in writers.values():
+        w.flush(total_docs)  # the global index after the last document
+    splits = {name: w.summary() for name, w in writers.items()}
+    for name, s in splits.items():
+        if s["documents"] == 0:
+            warnings.warn(f"prepare_data: split {name!r} received no documents", stacklevel=2)
+    meta = _meta(plan, splits)
+    atomic.write_json(os.path.join(output_dir, "meta.json"), meta, sort_keys=True)
+    return meta
+
+
+# ---------------------------------------------------------------------------------------------------
+# Planning
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """The preparation settings that shape the output (part of the fingerprint and of ``meta.json``)."""
+
+    text_field: str
+    eval_fraction: float
+    shard_tokens: int
+    max_documents: int | None
+    dataset_config: str | None
+    hf_split: str
+    append_eos: bool
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.eval_fraction < 1.0:
+            raise ValueError(f"eval_fraction must be in [0, 1), got {self.eval_fraction}")
+        if self.shard_tokens <= 0:
+            raise ValueError(f"shard_tokens must be positive, got {self.shard_tokens}")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a preparation will write, fixed before anything is written."""
+
+    sources: list[Source]
+    tokenizer: Any
+    eos_id: int
+    vocab_size: int
+    dtype: np.dtype
+    split_names: list[str]
+    settings: _Settings
+    fingerprint: str
+
+
+def _split_files(eval_files: list[str] | str | None, extra_splits: dict[str, list[str]] | None) -> dict[str, list]:
+    """``{split: [files or globs]}`` of the splits fed by named files (``eval`` from ``eval_files``, then the extra
+    splits), the split names checked."""
     split_files: dict[str, list[str]] = {}
     if eval_files:
         split_files["eval"] = [eval_files] if isinstance(eval_files, str) else list(eval_files)
@@ -156,8 +188,13 @@ def prepare_data(
             raise ValueError(f"invalid extra split name {name!r}")
         files = [files] if isinstance(files, str) else list(files)
         split_files.setdefault(name, []).extend(files)
-    sources = resolve_sources(inputs, split_files)
+    return split_files
 
+
+def _plan(inputs: list[str], tokenizer: Any, settings: _Settings, split_files: dict[str, list[str]]) -> _Plan:
+    """Resolve the sources, load the tokenizer (it must have an EOS), choose the dtype and the splits, and compute
+    the configuration fingerprint."""
+    sources = resolve_sources(inputs, split_files)
     tok = load_tokenizer(tokenizer)
     eos_id = getattr(tok, "eos_token_id", None)
     if eos_id is None:
@@ -167,79 +204,103 @@ def prepare_data(
         )
     vocab_size = len(tok)
     dtype = token_dtype(vocab_size)
-    split_names = ["train"] + (["eval"] if eval_fraction > 0 and "eval" not in split_files else []) + list(split_files)
-
-    settings = {
-        "text_field": text_field,
-        "eval_fraction": eval_fraction,
-        "shard_tokens": shard_tokens,
-        "max_documents": max_documents,
-        "dataset_config": dataset_config,
-        "hf_split": split,
-        "append_eos": append_eos,
-    }
+    auto_eval = ["eval"] if settings.eval_fraction > 0 and "eval" not in split_files else []
+    split_names = ["train", *auto_eval, *split_files]
     fingerprint_obj = {
         "format_version": FORMAT_VERSION,
         "tokenizer": tokenizer_fingerprint(tok),
         "dtype": dtype.str,
         "splits": split_names,
         "sources": [source_fingerprint(s) for s in sources],
-        "settings": settings,
+        "settings": asdict(settings),
     }
     fingerprint = hashlib.sha256(json.dumps(fingerprint_obj, sort_keys=True).encode()).hexdigest()
+    return _Plan(sources, tok, eos_id, vocab_size, dtype, split_names, settings, fingerprint)
 
-    os.makedirs(output_dir, exist_ok=True)
-    existing = completed_meta(output_dir, fingerprint)
-    if existing is not None:
-        return existing
 
-    tokenizer_dir = os.path.join(output_dir, "tokenizer")
-    save_tokenizer(tok, tokenizer_dir, model_max_length)
+def _meta(plan: _Plan, splits: dict[str, dict]) -> dict:
+    """The content of ``meta.json`` (see ``depthbench.data``)."""
+    tok = plan.tokenizer
+    return {
+        "format_version": FORMAT_VERSION,
+        "format": "raw little-endian token ids; documents concatenated, each ending in exactly one EOS",
+        "tokenizer": getattr(tok, "name_or_path", "") or "<in-memory tokenizer>",
+        "tokenizer_class": type(tok).__name__,
+        "tokenizer_dir": "tokenizer",
+        "vocab_size": plan.vocab_size,
+        "eos_token_id": plan.eos_id,
+        "pad_token_id": getattr(tok, "pad_token_id", None),
+        "bos_token_id": getattr(tok, "bos_token_id", None),
+        "dtype": plan.dtype.name,
+        "splits": splits,
+        "sources": [s.describe() for s in plan.sources],
+        **asdict(plan.settings),
+        "config_fingerprint": plan.fingerprint,
+        "content_hash": content_hash(splits),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
 
-    writers = {name: SplitWriter(output_dir, name, dtype, shard_tokens, fingerprint) for name in split_names}
-    # Documents of split s with index < resume[s] are already in completed shards (snapshot before writing).
-    resume = {name: w.resume_doc for name, w in writers.items()}
 
-    def documents() -> Iterator[tuple[int, str, str]]:
-        """Yield (global doc index, split, text) for every non-empty document, honouring max_documents."""
-        index = 0
-        for src in sources:
-            for text in iter_source_texts(src, text_field, dataset_config, split):
-                if max_documents is not None and index >= max_documents:
-                    return
-                if text is None:
-                    continue
-                if not isinstance(text, str):
-                    text = str(text)
-                if not text.strip():
-                    continue
-                if src.split is not None:
-                    target = src.split
-                elif eval_fraction > 0 and _doc_hash_fraction(text) < eval_fraction:
-                    target = "eval"
-                else:
-                    target = "train"
-                yield index, target, text
-                index += 1
+# ---------------------------------------------------------------------------------------------------
+# Documents and their splits
+# ---------------------------------------------------------------------------------------------------
 
-    from tqdm.auto import tqdm
 
-    bar = tqdm(desc=f"tokenizing -> {output_dir}", unit="doc", disable=not progress, mininterval=1.0)
-    total_docs = 0
+def _documents(plan: _Plan) -> Iterator[tuple[int, str, str]]:
+    """Yield (global doc index, split, text) for every non-empty document, honouring max_documents."""
+    s = plan.settings
+    index = 0
+    for src in plan.sources:
+        for raw in iter_source_texts(src, s.text_field, s.dataset_config, s.hf_split):
+            if s.max_documents is not None and index >= s.max_documents:
+                return
+            text = _document_text(raw)
+            if text is None:
+                continue
+            yield index, _split_of(src, text, s.eval_fraction), text
+            index += 1
 
-    def consume(metas: list[tuple[int, str]], flat: np.ndarray, lengths: np.ndarray) -> None:
-        offsets = np.concatenate([[0], np.cumsum(lengths)])
-        for j, (idx, target) in enumerate(metas):
-            writers[target].add(idx, flat[offsets[j] : offsets[j + 1]])
 
-    def chunks() -> Iterator[tuple[list[tuple[int, str]], list[str]]]:
-        nonlocal total_docs
+def _document_text(raw: Any) -> str | None:
+    """The text of a raw document value (non-strings as ``str``); ``None`` for ``None`` or whitespace-only text."""
+    if raw is None:
+        return None
+    text = raw if isinstance(raw, str) else str(raw)
+    return text if text.strip() else None
+
+
+def _split_of(src: Source, text: str, eval_fraction: float) -> str:
+    """The split a document goes to: its source's, else ``eval`` when its content hash is below ``eval_fraction``,
+    else ``train``."""
+    if src.split is not None:
+        return src.split
+    if eval_fraction > 0 and _doc_hash_fraction(text) < eval_fraction:
+        return "eval"
+    return "train"
+
+
+def _doc_hash_fraction(text: str) -> float:
+    """Deterministic pseudo-uniform value in [0, 1) from a document's content (blake2b, 64 bits)."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2.0**64
+
+
+class _Chunks:
+    """The documents still to tokenize, as chunks ``(metas, texts)`` of up to ``_CHUNK_DOCS`` documents (``metas``:
+    ``[(doc index, split)]``). Documents already in completed shards (index below ``resume[split]``) are counted
+    in :attr:`seen` and the progress bar but skipped."""
+
+    def __init__(self, documents: Iterator[tuple[int, str, str]], resume: dict[str, int], bar: Any):
+        self.documents, self.resume, self.bar = documents, resume, bar
+        self.seen = 0
+
+    def __iter__(self) -> Iterator[tuple[list[tuple[int, str]], list[str]]]:
         metas: list[tuple[int, str]] = []
         texts: list[str] = []
-        for idx, target, text in documents():
-            total_docs += 1
-            bar.update(1)
-            if idx < resume[target]:
+        for idx, target, text in self.documents:
+            self.seen += 1
+            self.bar.update(1)
+            if idx < self.resume[target]:
                 continue  # already in a completed shard
             metas.append((idx, target))
             texts.append(text)
@@ -249,69 +310,102 @@ def prepare_data(
         if texts:
             yield metas, texts
 
+
+# ---------------------------------------------------------------------------------------------------
+# Tokenization
+# ---------------------------------------------------------------------------------------------------
+
+
+def _tokenize_into(writers: dict[str, SplitWriter], plan: _Plan, num_workers: int, tokenizer_dir: str,
+                   bar: Any) -> int:
+    """Tokenize every document of ``plan`` not yet written and hand its tokens to its split's writer; returns the
+    number of documents read (written before or now)."""
+    # Documents of split s with index < resume[s] are already in completed shards (snapshot before writing).
+    chunks = _Chunks(_documents(plan), {name: w.resume_doc for name, w in writers.items()}, bar)
+    if num_workers <= 1:
+        encoded = _encode_here(chunks, plan)
+    else:
+        encoded = _encode_in_pool(chunks, plan, num_workers, tokenizer_dir)
+    for metas, flat, lengths in encoded:
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        for j, (idx, target) in enumerate(metas):
+            writers[target].add(idx, flat[offsets[j] : offsets[j + 1]])
+    return chunks.seen
+
+
+def _encode_documents(tokenizer: Any, texts: list[str], eos_id: int, append_eos: bool, dtype: np.dtype):
+    """Tokenize ``texts``; return (flat token array, per-document lengths)."""
+    enc = tokenizer(texts, add_special_tokens=True)["input_ids"]
+    arrays = []
+    lengths = np.empty(len(enc), dtype=np.int64)
+    for i, ids in enumerate(enc):
+        if append_eos and (len(ids) == 0 or ids[-1] != eos_id):
+            ids = list(ids) + [eos_id]
+        arrays.append(np.asarray(ids, dtype=np.int64))
+        lengths[i] = len(ids)
+    flat = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int64)
+    if flat.size and (flat.min() < 0 or flat.max() > np.iinfo(dtype).max):
+        raise ValueError(f"token id out of range for dtype {dtype}: min {flat.min()}, max {flat.max()}")
+    return flat.astype(dtype), lengths
+
+
+def _encode_here(chunks: _Chunks, plan: _Plan) -> Iterator[tuple]:
+    """``(metas, flat tokens, lengths)`` of each chunk, tokenized in this process."""
+    for metas, texts in chunks:
+        yield metas, *_encode_documents(plan.tokenizer, texts, plan.eos_id, plan.settings.append_eos, plan.dtype)
+
+
+def _encode_in_pool(chunks: _Chunks, plan: _Plan, num_workers: int, tokenizer_dir: str) -> Iterator[tuple]:
+    """``(metas, flat tokens, lengths)`` of each chunk, in order, tokenized by ``num_workers`` processes (at most
+    two chunks per worker in flight)."""
+    with _worker_pool(plan, num_workers, tokenizer_dir) as pool:
+        pending: collections.deque = collections.deque()
+        for metas, texts in chunks:
+            pending.append((metas, pool.apply_async(_worker_encode, (texts,))))
+            while len(pending) >= 2 * num_workers:
+                done, result = pending.popleft()
+                yield done, *result.get()
+        while pending:
+            done, result = pending.popleft()
+            yield done, *result.get()
+
+
+def _worker_pool(plan: _Plan, num_workers: int, tokenizer_dir: str) -> Any:
+    """A pool of tokenization workers. fork (Linux) starts workers instantly with the tokenizer inherited; elsewhere
+    spawn reloads it from the saved copy (scripts then need the usual ``if __name__ == "__main__":`` guard)."""
+    use_fork = "fork" in multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if use_fork else "spawn")
+    saved_env = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # inherited by forked workers: no fork warning
     try:
-        if num_workers <= 1:
-            for metas, texts in chunks():
-                consume(metas, *_encode_documents(tok, texts, eos_id, append_eos, dtype))
-        else:
-            # fork (Linux) starts workers instantly with the tokenizer inherited; elsewhere spawn reloads it
-            # from the saved copy (scripts then need the usual ``if __name__ == "__main__":`` guard).
-            use_fork = "fork" in multiprocessing.get_all_start_methods()
-            ctx = multiprocessing.get_context("fork" if use_fork else "spawn")
-            saved_env = os.environ.get("TOKENIZERS_PARALLELISM")
-            os.environ["TOKENIZERS_PARALLELISM"] = "false"  # inherited by forked workers: no fork warning
-            try:
-                pool = ctx.Pool(
-                    num_workers,
-                    initializer=_worker_init,
-                    initargs=(tok if use_fork else tokenizer_dir, eos_id, append_eos, dtype.str),
-                )
-            finally:
-                if saved_env is None:
-                    os.environ.pop("TOKENIZERS_PARALLELISM", None)
-                else:
-                    os.environ["TOKENIZERS_PARALLELISM"] = saved_env
-            with pool:
-                pending: collections.deque = collections.deque()
-                for metas, texts in chunks():
-                    pending.append((metas, pool.apply_async(_worker_encode, (texts,))))
-                    while len(pending) >= 2 * num_workers:
-                        m, res = pending.popleft()
-                        consume(m, *res.get())
-                while pending:
-                    m, res = pending.popleft()
-                    consume(m, *res.get())
+        return ctx.Pool(
+            num_workers,
+            initializer=_worker_init,
+            initargs=(plan.tokenizer if use_fork else tokenizer_dir, plan.eos_id, plan.settings.append_eos,
+                      plan.dtype.str),
+        )
     finally:
-        bar.close()
+        if saved_env is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = saved_env
 
-    if total_docs == 0:
-        searched = [s.path for s in sources]
-        raise ValueError(f"prepare_data: found zero non-empty documents (field {text_field!r}) in {searched}")
-    end = total_docs  # global index after the last document
-    for w in writers.values():
-        w.flush(end)
 
-    splits = {name: w.summary() for name, w in writers.items()}
-    for name, s in splits.items():
-        if s["documents"] == 0:
-            warnings.warn(f"prepare_data: split {name!r} received no documents", stacklevel=2)
-    meta = {
-        "format_version": FORMAT_VERSION,
-        "format": "raw little-endian token ids; documents concatenated, each ending in exactly one EOS",
-        "tokenizer": getattr(tok, "name_or_path", "") or "<in-memory tokenizer>",
-        "tokenizer_class": type(tok).__name__,
-        "tokenizer_dir": "tokenizer",
-        "vocab_size": vocab_size,
-        "eos_token_id": eos_id,
-        "pad_token_id": getattr(tok, "pad_token_id", None),
-        "bos_token_id": getattr(tok, "bos_token_id", None),
-        "dtype": dtype.name,
-        "splits": splits,
-        "sources": [s.describe() for s in sources],
-        **settings,
-        "config_fingerprint": fingerprint,
-        "content_hash": content_hash(splits),
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    }
-    atomic.write_json(os.path.join(output_dir, "meta.json"), meta, sort_keys=True)
-    return meta
+# Worker-process state for parallel tokenization.
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_init(tokenizer: Any, eos_id: int, append_eos: bool, dtype_str: str) -> None:
+    """Pool initializer: ``tokenizer`` is the object itself (fork) or its saved directory (spawn)."""
+    import torch
+
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    torch.set_num_threads(1)
+    _WORKER["tokenizer"] = load_tokenizer(tokenizer)
+    _WORKER["eos_id"] = eos_id
+    _WORKER["append_eos"] = append_eos
+    _WORKER["dtype"] = np.dtype(dtype_str)
+
+
+def _worker_encode(texts: list[str]):
+    return _encode_documents(_WORKER["tokenizer"], texts, _WORKER["eos_id"], _WORKER["append_eos"], _WORKER["dtype"])
