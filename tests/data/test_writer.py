@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import depthbench.data.prepare as prepare_mod
+from depthbench import atomic
 from depthbench.data import TokenShards, prepare_data, token_dtype
 from tests.helpers import BigVocabTokenizer, pydoc_paragraphs, read_split, write_jsonl
 
@@ -107,3 +108,26 @@ def test_rerun_skips_completed_shards(tmp_path, tok, monkeypatch):
     other = prepare_data([src], tok, str(out), shard_tokens=10**6, progress=False)
     assert len(other["splits"]["train"]["shards"]) == 1
     assert sorted(os.listdir(out / "train")) == ["shard_00000.bin", "shard_00000.done.json"]
+
+
+def test_damaged_records_of_an_earlier_run_are_rewritten(tmp_path, tok, monkeypatch):
+    """A damaged ``meta.json`` or ``.done.json`` is not refused: its shard is written again (the ones before it are
+    kept) and the result equals the first run's."""
+    src = write_jsonl(tmp_path / "d.jsonl", pydoc_paragraphs(200))
+    out = tmp_path / "out"
+    meta = prepare_data([src], tok, str(out), shard_tokens=4000, progress=False)
+    files = [str(out / s["file"]) for s in meta["splits"]["train"]["shards"]]
+    assert len(files) >= 3
+    (out / "meta.json").write_text('{"config_fingerprint": ')
+    (out / "train" / "shard_00001.done.json").write_bytes(b"\xff\xfe not json")
+    written: list[str] = []
+    real_write_bytes = atomic.write_bytes
+
+    def recording(path, data):
+        written.append(path)
+        return real_write_bytes(path, data)
+
+    monkeypatch.setattr(atomic, "write_bytes", recording)
+    again = prepare_data([src], tok, str(out), shard_tokens=4000, progress=False)
+    assert again["content_hash"] == meta["content_hash"] and again["splits"] == meta["splits"]
+    assert [p for p in written if p.endswith(".bin")] == files[1:]  # from the damaged record on
