@@ -13,11 +13,13 @@ Run the suite that uses these helpers with::
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from depthbench.data import make_tiny_tokenizer, prepare_data
@@ -184,3 +186,74 @@ def greedy(model, input_ids: torch.Tensor, max_new_tokens: int, **kwargs) -> tor
         input_ids=input_ids, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False,
         pad_token_id=0, eos_token_id=None, **kwargs,
     )
+
+
+# ------------------------------------------------------------------------------------------- data pipeline
+def pydoc_texts() -> list[str]:
+    """The topic texts of the standard library's ``pydoc_data`` (~1 MB of prose, fixed for a Python minor
+    version): the corpus of the data pipeline's tests."""
+    from pydoc_data.topics import topics
+
+    return [topics[k] for k in sorted(topics)]
+
+
+def pydoc_paragraphs(n: int | None = None) -> list[str]:
+    """The first ``n`` (default: all) non-empty paragraphs of :func:`pydoc_texts`."""
+    paras = [p.strip() for t in pydoc_texts() for p in t.split("\n\n") if p.strip()]
+    return paras[:n] if n is not None else paras
+
+
+def write_jsonl(path: str | os.PathLike, texts: Iterable[str], field: str = "text") -> str:
+    """Write ``texts`` as JSON lines ``{field: text, "id": ...}`` to ``path``; returns the path."""
+    with open(path, "w", encoding="utf-8") as f:
+        for t in texts:
+            f.write(json.dumps({field: t, "id": len(t)}) + "\n")
+    return str(path)
+
+
+def read_split(data_dir: str | os.PathLike, split: str = "train") -> np.ndarray:
+    """The whole token stream of one split of a prepared data folder."""
+    from depthbench.data import TokenShards
+
+    shards = TokenShards(data_dir, split)
+    return shards.read(0, shards.num_tokens)
+
+
+def split_documents(stream: np.ndarray, eos: int) -> list[list[int]]:
+    """The documents of a token stream (each ending in its EOS); fails unless the stream ends with EOS."""
+    ends = np.flatnonzero(stream == eos)
+    docs, start = [], 0
+    for e in ends:
+        docs.append(stream[start : e + 1].tolist())
+        start = e + 1
+    assert start == len(stream), "stream must end with EOS"
+    return docs
+
+
+def expected_ids(tok, text: str) -> list[int]:
+    """The ids ``prepare_data`` writes for one document: the tokenizer's ids, ending in exactly one EOS."""
+    ids = tok(text, add_special_tokens=True)["input_ids"]
+    return ids if ids and ids[-1] == tok.eos_token_id else ids + [tok.eos_token_id]
+
+
+class BigVocabTokenizer:
+    """Character-level fake tokenizer with a > 65536 vocabulary (ids above the uint16 range)."""
+
+    name_or_path = "big-vocab"
+    eos_token_id = 70_000
+    pad_token_id = 70_001
+    bos_token_id = None
+
+    def __len__(self):
+        return 70_002
+
+    def __call__(self, texts, add_special_tokens=True):
+        return {"input_ids": [[65_000 + ord(c) for c in t] for t in texts]}
+
+    def get_vocab(self):
+        return {"<big>": 0}
+
+    def save_pretrained(self, path):
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "fake.json"), "w") as f:
+            f.write("{}")

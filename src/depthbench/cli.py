@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "shapes": ("depthbench.shapes", "shape grids of the design rule with exact parameter counts"),
     "bench": ("depthbench.bench.command",
               "train-step time, decode speed and peak memory vs pre_ln and LlamaForCausalLM"),
-    "prepare-data": ("depthbench.data.prepare", "tokenize parquet/jsonl/txt files or a Hub dataset into token shards"),
+    "prepare-data": ("depthbench.data.command", "tokenize parquet/jsonl/txt files or a Hub dataset into token shards"),
     "train": ("depthbench.training.command", "pretrain a model (Accelerate: CPU, GPU, DDP, FSDP2)"),
     "sweep": ("depthbench.sweeps.command", "train architectures x aspect ratios at a fixed parameter budget"),
     "report": ("depthbench.sweeps.report", "rebuild results.csv, the plot and report.md of a sweep folder"),

@@ -1,7 +1,13 @@
-"""`depthbench prepare-data` end to end through the CLI entry point (in-process)."""
+"""`depthbench prepare-data` end to end through the CLI entry point (in-process), and its exit codes (those of every
+command, ``depthbench.errors``: 2 for bad input such as a missing or unreadable file or an unwritable output, 1 when
+the work fails, e.g. on a full disk)."""
 
+import errno
 import json
+import os
 
+import depthbench.data.sources as sources_mod
+from depthbench import atomic
 from depthbench.cli import main
 from depthbench.data import TokenShards, make_tiny_tokenizer
 
@@ -32,3 +38,57 @@ def test_prepare_data_cli_missing_input_is_a_clear_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no input files match" in err and "nothing-*.txt" in err
     assert not (tmp_path / "out" / "meta.json").exists()
+
+
+def _inputs(tmp_path):
+    """An input file and a saved tokenizer folder."""
+    docs = [f"line {i} of the input" for i in range(20)]
+    (tmp_path / "in.txt").write_text("\n".join(docs) + "\n")
+    make_tiny_tokenizer(docs, vocab_size=270, save_dir=str(tmp_path / "tok"))
+    return tmp_path / "in.txt", tmp_path / "tok"
+
+
+def test_unreadable_input_exits_2(tmp_path, capsys, monkeypatch):
+    source, tokenizer = _inputs(tmp_path)
+    real_open = open
+
+    def open_refusing_the_input(path, *args, **kwargs):  # the tests may run as root, who reads any file
+        if os.fspath(path) == str(source):
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(sources_mod, "open", open_refusing_the_input, raising=False)
+    code = main(["prepare-data", str(source), "--tokenizer", str(tokenizer), "-o", str(tmp_path / "out"), "--quiet"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "Permission denied" in err and str(source) in err and "Traceback" not in err
+    assert not (tmp_path / "out" / "meta.json").exists()
+
+
+def test_unwritable_output_exits_2(tmp_path, capsys):
+    source, tokenizer = _inputs(tmp_path)
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    code = main(["prepare-data", str(source), "--tokenizer", str(tokenizer), "-o", str(blocker / "out"), "--quiet"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "Not a directory" in err and str(blocker) in err and "Traceback" not in err
+
+
+def test_full_disk_exits_1(tmp_path, capsys, monkeypatch):
+    source, tokenizer = _inputs(tmp_path)
+
+    real_write_bytes = atomic.write_bytes
+
+    def full_disk_at_the_first_shard(path, data):
+        if path.endswith(".bin"):
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        return real_write_bytes(path, data)
+
+    monkeypatch.setattr(atomic, "write_bytes", full_disk_at_the_first_shard)
+    out = tmp_path / "out"
+    code = main(["prepare-data", str(source), "--tokenizer", str(tokenizer), "-o", str(out), "--quiet"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and "shard_00000.bin" in err and "Traceback" not in err
+    assert not (out / "meta.json").exists() and not (out / "train" / "shard_00000.done.json").exists()

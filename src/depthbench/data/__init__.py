@@ -1,12 +1,14 @@
-"""Token shards and training windows: the depthbench data pipeline (a package of two modules).
+"""Token shards and training windows: the depthbench data pipeline.
 
 This module turns raw text into the binary token format the trainer reads, and serves fixed-length
 training windows from it.  It mirrors the reference pipeline (FineWeb-Edu parquet shards, one held-out
 shard as the eval split, each document ending in exactly one EOS, raw little-endian ``uint16`` token
 files, OLMo-style fixed-sequence-length windows over the concatenated stream, shuffled by seed).
 
-Pieces (``depthbench.data.prepare`` writes shards, ``depthbench.data.loader`` reads them; every public name is
-importable from ``depthbench.data``):
+Modules (every public name is importable from ``depthbench.data``): ``prepare`` (the :func:`prepare_data`
+pipeline), ``sources`` (inputs and their readers), ``tokenizers`` (loading, saving, the tiny tokenizer), ``writer``
+(shards and completion records), ``loader`` (reading shards, windows, the batch loader), ``command`` (``depthbench
+prepare-data``) and ``synthetic`` (the synthetic depth tasks and the demo corpus). The main pieces:
 
 * :func:`prepare_data` tokenizes parquet / jsonl / json / txt files (or a streamed Hugging Face
   dataset) into shards under ``output_dir`` and writes ``meta.json``; it is parallel, resumable and
@@ -45,17 +47,16 @@ hash regardless of timestamps or paths.
 """
 
 from depthbench.data.loader import DataError, TokenShards, TokenWindows, WindowLoader, load_meta, verify_data
-from depthbench.data.prepare import (
+from depthbench.data.prepare import prepare_data
+from depthbench.data.sources import LOCAL_EXTENSIONS
+from depthbench.data.tokenizers import (
     EOS_TOKEN,
-    FORMAT_VERSION,
-    LOCAL_EXTENSIONS,
     PAD_TOKEN,
     finalize_tokenizer_config,
     make_tiny_tokenizer,
-    prepare_data,
     save_tokenizer,
-    token_dtype,
 )
+from depthbench.data.writer import FORMAT_VERSION, token_dtype
 
 __all__ = [
     "DataError", "EOS_TOKEN", "FORMAT_VERSION", "LOCAL_EXTENSIONS", "PAD_TOKEN", "TokenShards", "TokenWindows",

@@ -62,7 +62,7 @@ def write_report(out_dir: str, *, log: Callable[..., None] = print, plot: bool =
         paths.pop("plot")
     # the evaluation section is rebuilt from its own files (`depthbench eval` wrote them); the analyses' section
     # is kept as `depthbench analyze` wrote it
-    from depthbench.evaluation.harness import write_sweep_eval_report
+    from depthbench.evaluation.sweep import write_sweep_eval_report
 
     paths.update({f"eval:{k}": v for k, v in write_sweep_eval_report(out_dir, log=lambda *a: None).items()
                   if k != "report"})

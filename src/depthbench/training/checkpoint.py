@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from depthbench import atomic
-from depthbench.data.prepare import TOKENIZER_CONFIG, finalize_tokenizer_config
+from depthbench.data.tokenizers import TOKENIZER_CONFIG, finalize_tokenizer_config
 from depthbench.errors import BadInput, Failed
 
 

@@ -1,8 +1,9 @@
-"""Tokenizers the package writes are self-describing: ``tokenizer_config.json`` names the tokenizer class and the
-maximum length of the model they belong to (prepare-data, the demo corpus via ``make_tiny_tokenizer``, and the
+"""The tokenizer helpers (``depthbench.data.tokenizers``): ``make_tiny_tokenizer`` is deterministic and reloadable,
+and the tokenizers the package writes are self-describing: ``tokenizer_config.json`` names the tokenizer class and
+the maximum length of the model they belong to (prepare-data, the demo corpus via ``make_tiny_tokenizer``, and the
 Hugging Face exports of training checkpoints, which write the trained model's ``max_position_embeddings``).
 
-Run it with ``python -m pytest tests/data/test_tokenizer_files.py -q``.
+Run it with ``python -m pytest tests/data/test_tokenizers.py -q``.
 """
 
 from __future__ import annotations
@@ -16,13 +17,29 @@ import pytest
 from transformers import AutoTokenizer
 
 from depthbench.data import finalize_tokenizer_config, make_tiny_tokenizer, prepare_data
-from tests.helpers import TOKENIZER_TEXTS, tiny_model
+from tests.helpers import TOKENIZER_TEXTS, pydoc_texts, tiny_model
 
 TEXTS = TOKENIZER_TEXTS * 4
 
 
 def _tokenizer_config(directory) -> dict:
     return json.loads((directory / "tokenizer_config.json").read_text())
+
+
+def test_make_tiny_tokenizer_deterministic_and_reloadable(tmp_path, tok):
+    other = make_tiny_tokenizer(pydoc_texts(), vocab_size=512, save_dir=str(tmp_path / "tok"))
+    assert other.backend_tokenizer.to_str() == tok.backend_tokenizer.to_str()
+    assert len(tok) == 512
+    assert tok.eos_token == "<|endoftext|>" and tok.pad_token == "<|pad|>"
+    assert tok.eos_token_id != tok.pad_token_id
+    from transformers import AutoTokenizer
+
+    again = AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
+    text = "def f(x):\n    return x ** 2  # héllo"
+    assert again("x = 1")["input_ids"] == tok("x = 1")["input_ids"]
+    assert tok.decode(tok(text)["input_ids"]) == text
+    with pytest.raises(ValueError, match="vocab_size"):
+        make_tiny_tokenizer(["abc"], vocab_size=100)
 
 
 def test_tiny_tokenizer_saves_its_class_and_the_model_max_length(tmp_path):
@@ -70,6 +87,9 @@ def test_finalize_rejects_bad_input(tmp_path):
     make_tiny_tokenizer(TEXTS, vocab_size=300, save_dir=str(tmp_path))
     with pytest.raises(ValueError, match="model_max_length"):
         finalize_tokenizer_config(str(tmp_path), model_max_length=0)
+    (tmp_path / "tokenizer_config.json").write_text('{"tokenizer_class": ')
+    with pytest.raises(ValueError, match=r"tokenizer_config.json is not valid JSON"):
+        finalize_tokenizer_config(str(tmp_path))
 
 
 @pytest.mark.slow  # a fresh interpreter importing transformers (~5-13 s)
