@@ -28,6 +28,7 @@ from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
+from .fast_path import derived_weights, inference_fast_path
 from .modeling_depthbench import (
     Branch,
     DecoderLayer,
@@ -39,12 +40,8 @@ from .modeling_depthbench import (
     Norm,
     Residual,
     Wiring,
-    as_dtype,
-    derived_weights,
-    inference_fast_path,
-    inv_rms,
-    upcast,
 )
+from .numerics import as_dtype, inv_rms, upcast
 
 
 # ================================================================================================ configs

@@ -21,6 +21,7 @@ from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
+from .fast_path import derived_weights, inference_fast_path
 from .modeling_depthbench import (
     Branch,
     DepthBenchForCausalLM,
@@ -31,12 +32,8 @@ from .modeling_depthbench import (
     Norm,
     Residual,
     Wiring,
-    as_dtype,
-    derived_weights,
-    inference_fast_path,
-    inv_rms,
-    upcast,
 )
+from .numerics import _NO_AUTOCAST, as_dtype, full_precision, inv_rms, upcast
 
 READOUTS = ("mean", "sum", "sum_norm")
 
@@ -129,18 +126,6 @@ class HCConfig(DepthBenchConfig):
 
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-_NO_AUTOCAST = contextlib.nullcontext()
-
-
-def full_precision(tensor: torch.Tensor) -> contextlib.AbstractContextManager:
-    """Context that switches autocast off on ``tensor``'s device, so upcast mixing math is not run in bf16 again
-    when the model is trained under ``torch.autocast``. Outside autocast it is a shared no-op context (entering a
-    ``torch.autocast`` costs ~20 Python calls, which a decode step would pay twice per sublayer)."""
-    if not torch.is_autocast_enabled(tensor.device.type):
-        return _NO_AUTOCAST
-    return torch.autocast(device_type=tensor.device.type, enabled=False)
 
 
 # ================================================================================================ stream recomputation

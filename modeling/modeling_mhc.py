@@ -15,6 +15,7 @@ from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
+from .fast_path import derived_weights, inference_fast_path
 from .modeling_depthbench import (
     Branch,
     DepthBenchForCausalLM,
@@ -24,20 +25,15 @@ from .modeling_depthbench import (
     DepthBenchModel,
     Norm,
     Residual,
-    as_dtype,
-    derived_weights,
-    inference_fast_path,
-    inv_rms,
-    upcast,
 )
 from .modeling_hc import (
     READOUTS,
     HyperConnectionWiring,
     _is_number,
-    full_precision,
     hyper_connection_update,
     stream_saver,
 )
+from .numerics import as_dtype, full_precision, inv_rms, upcast
 
 
 class MHCConfig(DepthBenchConfig):

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .configuration_depthbench import DepthBenchConfig
+from .fast_path import inference_fast_path
 from .modeling_depthbench import (
     Attention,
     Branch,
@@ -35,11 +36,9 @@ from .modeling_depthbench import (
     Residual,
     Wiring,
     apply_rotary_pos_emb,
-    as_dtype,
-    inference_fast_path,
     rope_init,
-    upcast,
 )
+from .numerics import as_dtype, upcast
 
 
 class MoDAConfig(DepthBenchConfig):

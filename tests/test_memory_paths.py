@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from depthbench.modeling.modeling_depthbench import OutputRMSNorm, RMSNorm
 from depthbench.modeling.modeling_mhc import MHCResidual, _sinkhorn, sinkhorn
 from depthbench.modeling.modeling_moda import depth_logits, depth_readout
+from depthbench.modeling.norms import OutputRMSNorm, RMSNorm
 
 from tests.helpers import random_ids, tiny_model
 
