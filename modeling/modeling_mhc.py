@@ -26,14 +26,9 @@ from .modeling_depthbench import (
     Norm,
     Residual,
 )
-from .modeling_hc import (
-    READOUTS,
-    HyperConnectionWiring,
-    _is_number,
-    hyper_connection_update,
-    stream_saver,
-)
+from .modeling_hc import READOUTS, HyperConnectionWiring, _is_number, hyper_connection_update
 from .numerics import as_dtype, full_precision, inv_rms, upcast
+from .stream_memory import stream_saver
 
 
 class MHCConfig(DepthBenchConfig):
