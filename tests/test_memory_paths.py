@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from depthbench.modeling.modeling_mhc import MHCResidual, _sinkhorn, sinkhorn
+from depthbench.modeling.modeling_mhc import MHCResidual
 from depthbench.modeling.modeling_moda import depth_logits, depth_readout
 from depthbench.modeling.norms import OutputRMSNorm, RMSNorm
+from depthbench.modeling.sinkhorn import _sinkhorn, sinkhorn
 
 from tests.helpers import random_ids, tiny_model
 
