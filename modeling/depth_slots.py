@@ -20,7 +20,8 @@ class _DepthLogits(torch.autograd.Function):
 
     Saves the query and the slots themselves (which the depth cache keeps alive anyway) rather than their stack:
     block l's stack holds 2l slots, so stacks saved for the backward pass would grow quadratically with depth
-    (~60% of MoDA's extra activation memory at L=16). The stack is rebuilt, transiently, in the backward pass.
+    (most of MoDA's extra activation memory at depth: see docs/benchmarks.md). The stack is rebuilt, transiently,
+    in the backward pass.
     """
 
     @staticmethod

@@ -79,9 +79,9 @@ class HCConfig(DepthBenchConfig):
         hc_norm_eps: Epsilon of the parameter-free per-stream RMS normalisation (reference 1e-8).
         hc_keep_stream_every: Training memory (no effect on the math or the parameters): autograd keeps the n-stream
             input [B, T, n, d] of every k-th sublayer only and recomputes the others in the backward pass from the
-            last kept one (:func:`stream_saver`; gradients bitwise equal). 1 keeps every stream;
-            default 8, the best of 2, 4, 6 and 8 measured at d=256, L 4-16, 1k-8k tokens per batch (rebuilt
-            streams live only once the logits are freed, early in the backward pass).
+            last kept one (``stream_saver`` in ``stream_memory.py``; gradients bitwise equal). 1 keeps every stream;
+            default 8, the measured best (rebuilt streams live only once the logits are freed, early in the backward
+            pass; see docs/benchmarks.md).
     """
 
     model_type = "depthbench_hc"
@@ -159,9 +159,9 @@ def hyper_connection_update(
     w = as_dtype(width, stream.dtype)
     w = w.expand(h.shape[0], n + 1, n) if w.dim() == 2 else w.reshape(-1, n + 1, n)
     # One batched product for all n+1 rows: [N,n+1,d], row 0 = u = Σ_s w[0,s] H_s, rows 1..n = R_t = Σ_s w[1+t,s] H_s
-    # (one bmm instead of two on row slices, plus a fused multiply-add for the depth term: forward + backward of the
-    # mixing is ~2x faster on CPU than bmm + bmm + baddbmm; the same kernels on GPU). `split`, not indexing: its
-    # backward concatenates the two gradients instead of zero-filling and accumulating two full-size buffers.
+    # (one bmm instead of two on row slices, plus a fused multiply-add for the depth term: faster than
+    # bmm + bmm + baddbmm, see docs/benchmarks.md). `split`, not indexing: its backward concatenates the two
+    # gradients instead of zero-filling and accumulating two full-size buffers.
     u, carried = torch.bmm(w, h).split_with_sizes([1, n], dim=1)
     # The branch input gets its own storage: the norm saves its input for backward, and a view would keep the whole
     # [N,n+1,d] product alive (n+1 times the memory) although only `carried`'s forward use needs the rest of it.

@@ -78,11 +78,8 @@ class MHCConfig(DepthBenchConfig):
         mhc_init_gap: The bias gap g of the init (8.0; 0 gives all-zero biases).
         mhc_norm_eps: Epsilon of the flattened-stream RMS normalisation (1e-6).
         mhc_scale_output_init: Divide the init std of every ``o_proj`` and ``down_proj`` by sqrt(n).
-        mhc_keep_stream_every: Training memory (no effect on the math or the parameters): autograd keeps the
-            n-stream input [B, T, n, d] of every k-th sublayer only and recomputes the others in the backward pass
-            (``stream_saver`` in ``modeling_hc.py``; gradients bitwise equal). 1 keeps every stream;
-            default 8, the best of 2, 4, 6 and 8 measured at d=256, L 4-16, 1k-8k tokens per batch (rebuilt
-            streams live only once the logits are freed, early in the backward pass).
+        mhc_keep_stream_every: Training memory, as ``hc_keep_stream_every`` of HC (``stream_saver`` in
+            ``stream_memory.py``; no effect on the math or the parameters). 1 keeps every stream; default 8.
     """
 
     model_type = "depthbench_mhc"

@@ -73,8 +73,8 @@ class MoDAConfig(DepthBenchConfig):
     * Attention always runs this file's own MoDA math, never a backend kernel: ``attn_implementation="eager"``
       materialises the scores and one fp32 softmax (the readable reference, returns the weights); ``"sdpa"`` (the
       default) computes the same function exactly through one ``F.scaled_dot_product_attention`` call whose extra
-      "selector" keys carry the per-token depth logits (about 2.6x faster on CPU). Tests check both agree, values
-      and gradients. Flash and flex attention are not supported (no way to add per-token keys).
+      "selector" keys carry the per-token depth logits (faster; see docs/benchmarks.md). Tests check both agree,
+      values and gradients. Flash and flex attention are not supported (no way to add per-token keys).
     * Generation: the sequence keys use the normal KV cache; depth entries are same-position only, so they are
       recomputed for the new token at every step and never cached.
 
@@ -229,8 +229,7 @@ def moda_attention(
 
 #: Shortest sequence for which :func:`moda_attention_sdpa` runs SDPA's causal kernel (zero queries in front of the
 #: selector keys) rather than an explicit mask on CPU. CPU flash attention splits the keys in blocks of 512, so
-#: shorter sequences skip little; forward + backward of the attention, causal vs mask (2026-12-01, 1 thread): T=1024
-#: 0.88x, T=512 1.00x, T=256 1.06x, T=128 0.92-1.18x (S = 6-30 depth slots). Accelerators always take the causal path.
+#: shorter sequences skip little (timings: docs/benchmarks.md). Accelerators always take the causal path.
 CPU_CAUSAL_MIN_TOKENS = 512
 
 

@@ -38,11 +38,12 @@ def _sinkhorn(z: torch.Tensor, num_iters: int) -> torch.Tensor:
 
     With autograd recording, :class:`SinkhornFunction` saves only its input and recomputes the iterations in the
     backward pass (the unrolled iterations would otherwise keep 2 * num_iters tensors per sublayer alive for the
-    backward, ~25% of mHC's activation memory at d=256); without it (inference, decoding) the forward runs alone.
+    backward, a large share of mHC's activation memory: see docs/benchmarks.md); without it (inference, decoding)
+    the forward runs alone.
     """
     n = z.shape[-1]
     # Token-minor layout [n, n, N]: the size-n reductions become vectorised elementwise ops over N tokens
-    # (reducing a trailing dim of size 4 is ~2x slower on CPU, forward and backward).
+    # (reducing a trailing dim of size n is slower on CPU, forward and backward; see docs/benchmarks.md).
     z = z.reshape(-1, n, n).permute(1, 2, 0).contiguous()
     if torch.is_grad_enabled() and z.requires_grad:
         p = SinkhornFunction.apply(z, num_iters)
