@@ -68,11 +68,10 @@ def _stacked_depth_mix(
     inv_rms_values: list[torch.Tensor],
     u: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """:func:`depth_mix` for a few tokens without autograd (decoding): the sources are stacked once, so the whole
-    mix is one product for the scores, one softmax and one weighted sum (ten aten calls whatever the number of
-    sources) instead of two calls per source. Dispatch, not arithmetic, is what a decode step pays (a few
-    microseconds per call); for many tokens or under autograd the per-source loop is used, which never
-    materialises (or saves for backward) the [S, B, T, d] stack."""
+    """``depth_mix`` for a few tokens without autograd (decoding, dispatch-bound: ``fast_path.py``): the sources are
+    stacked once, so the whole mix is one product for the scores, one softmax and one weighted sum (ten aten calls
+    whatever the number of sources) instead of two calls per source; for many tokens or under autograd the
+    per-source loop is used, which never materialises (or saves for backward) the [S, B, T, d] stack."""
     values = torch.stack(sources)  # [S,B,T,d]
     if u is None:
         u = as_dtype(upcast(query) * upcast(key_gain), values.dtype)

@@ -67,7 +67,7 @@ def depth_logits(query: torch.Tensor, depth_keys: torch.Tensor | Sequence[torch.
     slots = _slots(depth_keys)
     if torch.is_grad_enabled():
         return _DepthLogits.apply(query, *slots)
-    # the same batched product as the einsum, without its parsing (decoding pays per call)
+    # the same batched product as the einsum, without its parsing (decoding pays per call: fast_path.py)
     return (query.transpose(2, 3) @ torch.stack(slots, dim=3).transpose(-1, -2)).transpose(2, 3)
 
 

@@ -1,6 +1,12 @@
 """No-autograd fast paths: when a module may take one, and the cache of weights they derive from parameters.
 
 Ships to the Hugging Face Hub as remote code with every checkpoint (imports only torch).
+
+Why fast paths exist: a decode step runs each sublayer on one token, so it is dispatch-bound (every aten call costs
+microseconds of dispatch whatever its size). Where :func:`inference_fast_path` holds, a module may compute the
+same function in fewer aten calls, reading weights it derives from its parameters (normalised, concatenated, with
+constants folded in) from the :func:`derived_weights` cache instead of rebuilding them at every call. Elsewhere in
+the modeling files "few aten calls" refers to this.
 """
 
 from __future__ import annotations

@@ -270,7 +270,7 @@ class AttnResResidual(_MixerMixin, Residual):
     def forward(self, stream: AttnResStream, norm: Norm | None = None, branch: Branch | None = None):
         """Run the sublayer and return the updated stream; without ``norm``/``branch``, return only the raw mix
         this sublayer would consume (:meth:`read` through ``nn.Module.__call__``, so the analysis readouts get
-        the same module hooks, e.g. accelerate's offload hooks that load ``query``/``key_gain``)."""
+        the same module hooks: see ``Wiring.forward``)."""
         mixed, stream = self.read(stream)
         if branch is None:
             return mixed
@@ -341,8 +341,8 @@ class AttnResWiring(_MixerMixin, Wiring):
         return self.mix(sources, inv)
 
     def forward(self, stream: AttnResStream, final_norm: Norm | None = None) -> torch.Tensor:
-        """:meth:`exit` (or, without ``final_norm``, the raw :meth:`final_mix`) through ``nn.Module.__call__``:
-        readouts call the module, never the parameters directly, so offload hooks load ``query``/``key_gain``."""
+        """:meth:`exit` (or, without ``final_norm``, the raw :meth:`final_mix`) through ``nn.Module.__call__``
+        (readouts too, so module hooks apply: see ``Wiring.forward``)."""
         return self.final_mix(stream) if final_norm is None else self.exit(stream, final_norm)
 
     def exit(self, stream: AttnResStream, final_norm: Norm) -> torch.Tensor:

@@ -18,11 +18,10 @@ sublayer. The residual module answers the only question the architectures disagr
 where ``stream`` is whatever the architecture carries between sublayers (a tensor for Pre-LN, n streams for
 hyper-connections, a bank of depth sources for attention residuals), ``norm`` applies the sublayer's own norm
 (``input_layernorm`` / ``post_attention_layernorm``) and ``branch`` runs the attention or MLP. Both are plain
-functions that the :class:`DecoderLayer` builds around its own modules, never the modules themselves: no module is
-ever a forward argument (accelerate's big-model hooks move every forward argument to the execution device with
-``.to()``, which fails on an offloaded module whose weights are still on the meta device). The wiring also says how
-the embedding enters the stream (:meth:`Wiring.enter`), how the stream becomes the final hidden state
-(:meth:`Wiring.exit`), and what the analysis tools observe (:meth:`Wiring.readout`, :meth:`Wiring.depth_state`).
+functions that the :class:`DecoderLayer` builds around its own modules, never the modules themselves (why: see
+``DecoderLayer.forward``). The wiring also says how the embedding enters the stream (:meth:`Wiring.enter`), how the
+stream becomes the final hidden state (:meth:`Wiring.exit`), and what the analysis tools observe
+(:meth:`Wiring.readout`, :meth:`Wiring.depth_state`).
 """
 
 from __future__ import annotations
@@ -75,8 +74,6 @@ else:
 
 
 # ================================================================================================ backbone pieces
-
-
 def rope_inv_freq(config: DepthBenchConfig) -> torch.Tensor:
     """Inverse RoPE frequencies ``theta^(-2i/head_dim)`` for i in [0, head_dim/2) (plain, unscaled RoPE)."""
     dim = config.head_dim
@@ -213,7 +210,7 @@ class Residual(nn.Module):
 
         x <- x + F(N(x))
 
-    ``norm`` and ``branch`` are plain functions (see the module docstring), so a residual module may call each
+    ``norm`` and ``branch`` are plain functions (see ``DecoderLayer.forward``), so a residual module may call each
     any number of times, on any input, but never receives or stores the norm module itself; the norms stay owned
     by the :class:`DecoderLayer` under Llama's names.
 
@@ -381,8 +378,9 @@ class DecoderLayer(GradientCheckpointingLayer):
             return self.wiring.skip_layer(self, stream)
 
         # Norms and branches reach the residual modules as plain functions that call this layer's own modules,
-        # never as the modules themselves: accelerate's offload hooks move every forward argument of a hooked
-        # module with `.to(device)`, which would try to copy an offloaded (meta) norm (see `Residual`).
+        # never as the modules themselves, so no module is ever a forward argument: accelerate's big-model hooks
+        # move every forward argument of a hooked module to the execution device with `.to()`, which fails on an
+        # offloaded module whose weights are still on the meta device.
         def attention_norm(x):
             return self.input_layernorm(x)
 

@@ -282,8 +282,8 @@ class HCResidual(Residual):
             return self._connections(upcast(stream))
 
     def _connections(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # Written for few aten calls and little Python (a decode step of one token pays microseconds of dispatch per
-        # call whatever its size): one fused multiply-add per map, parameters cast only when their dtype differs.
+        # Written for few aten calls and little Python (decoding is dispatch-bound, see fast_path.py): one fused
+        # multiply-add per map, parameters cast only when their dtype differs.
         params = (self.dynamic_alpha_fn, self.dynamic_beta_fn, self.static_alpha, self.static_beta,
                   self.dynamic_alpha_scale, self.dynamic_beta_scale)
         if params[0].dtype != h.dtype:
@@ -317,8 +317,8 @@ class HCResidual(Residual):
         return (proj.t() * math.sqrt(d)).contiguous(), static, gates, proj.new_tensor(math.sqrt(d * self.eps))
 
     def _inference_forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
-        """:meth:`forward` without autograd in few aten calls (a decode step is dispatch-bound): the gates of all n+1
-        rows and β from one GEMM, ``[A | β] = static + c · tanh((H W) / rms(H))`` in one fused multiply-add, then
+        """:meth:`forward` without autograd in few aten calls (``fast_path.py``): the gates of all n+1 rows and β
+        from one GEMM, ``[A | β] = static + c · tanh((H W) / rms(H))`` in one fused multiply-add, then
         ``[u; R; ·] = [A | β]ᵀ H`` in one batched matmul (its last row is unused) and ``H' = R + β · F(N(u))`` in one
         addcmul. Equal to the differentiable path up to float rounding (``tests/residuals/test_hc_inference_paths.py``).
         """

@@ -247,8 +247,8 @@ class MHCResidual(Residual):
         return phi, bias, bias.new_tensor(nd * self.eps)
 
     def _inference_forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
-        """:meth:`forward` without autograd in few aten calls (a decode step is dispatch-bound): all logits from one
-        GEMM and one fused multiply-add, one sigmoid for H_pre and H_post, Sinkhorn with an early exit
+        """:meth:`forward` without autograd in few aten calls (``fast_path.py``): all logits from one GEMM and one
+        fused multiply-add, one sigmoid for H_pre and H_post, Sinkhorn with an early exit
         (:func:`_sinkhorn_inference`), one bmm each for the branch input and the carried streams and one addcmul for
         the depth connection. The static variant's maps are input-independent and cached. Equal to the
         differentiable path up to float rounding (``tests/residuals/test_hc_inference_paths.py``)."""

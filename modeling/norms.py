@@ -96,7 +96,7 @@ class OutputRMSNorm(RMSNorm):
         fused without autograd (:func:`inference_fast_path`) into five aten calls instead of seven: ``|x|`` from
         one vector norm, then ``eps + |x|^2 / d`` and the add of ``x̂ * weight`` as one fused call each, the same
         math in the same precision (``eps`` is cached as a 0-dim fp32 tensor by :func:`derived_weights`). A
-        keyword of ``forward``, not a method of its own, so module hooks (accelerate's offload) still apply."""
+        keyword of ``forward``, not a method of its own, so module hooks still apply (see ``Wiring.forward``)."""
         if residual is not None:
             if inference_fast_path(self):
                 return self._add_normed(residual, hidden_states)

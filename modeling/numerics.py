@@ -16,7 +16,7 @@ _WIDE_FLOATS = (torch.float32, torch.float64)
 def upcast(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor`` in fp32, or in its own dtype if that is wider (fp64 stays fp64): the precision of delicate math
     (norms, softmaxes, residual adds and mixing). Returns ``tensor`` itself when it is already that wide: no aten
-    call at all, which matters when decoding a token at a time (every op costs microseconds of dispatch)."""
+    call at all (decoding is dispatch-bound, see ``fast_path.py``)."""
     if tensor.dtype in _WIDE_FLOATS:
         return tensor
     return tensor.to(torch.promote_types(tensor.dtype, torch.float32))

@@ -106,8 +106,8 @@ def _sinkhorn_steps(z: torch.Tensor, num_iters: int) -> list[torch.Tensor]:
 
     Normalising ``exp(z)`` so that a column (row) sums to 1 is ``z - logsumexp(z)`` over it, i.e. a log-softmax:
     one fused kernel per normalisation, which takes logits of any range (no exp can overflow or lose a row) and
-    costs 2 kernels per round (dispatch, not arithmetic, bounds the cost here: each touches n²N values; decoding
-    runs N = batch size).
+    costs 2 kernels per round (each touches only n²N values, N = batch size when decoding: dispatch-bound, see
+    ``fast_path.py``).
     """
     steps = []
     for _ in range(num_iters):
