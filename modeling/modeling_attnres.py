@@ -15,7 +15,8 @@ carried along, so keys are never re-normalised and never materialised.
 Memory vs time. The depth mix never stacks the sources: a stacked ``[S, B, T, d]`` copy would be saved by autograd at
 every sublayer (O(L^2) activations for Full AttnRes). The logits are per-source matrix-vector products, the
 softmax runs once over the stacked ``[S, B, T]`` logits, and the weighted sum is a chain of fused multiply-adds; all
-that autograd keeps is the sources themselves (alive anyway) plus ``[S, B, T]`` fp32 scalars per sublayer.
+that autograd keeps is the sources themselves (alive anyway) plus ``[S, B, T]`` fp32 scalars per sublayer. The
+training and decoding implementations of the mix are in ``depth_mix_paths.py``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
+from .depth_mix_paths import STACKED_MIX_MAX_TOKENS, _DepthMix, _stacked_depth_mix
+from .fast_path import derived_weights, inference_fast_path
 from .modeling_depthbench import (
     Branch,
     DecoderLayer,
@@ -39,12 +42,8 @@ from .modeling_depthbench import (
     Norm,
     Residual,
     Wiring,
-    as_dtype,
-    derived_weights,
-    inference_fast_path,
-    inv_rms,
-    upcast,
 )
+from .numerics import _fast_inv_rms, as_dtype, inv_rms, upcast
 
 
 # ================================================================================================ configs
@@ -160,17 +159,6 @@ class AttnResStream(NamedTuple):
         return self.partial if self.partial is not None else self.bank[-1]
 
 
-def _fast_inv_rms(source: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
-    """:func:`inv_rms` without autograd in three aten calls (norm, fused ``eps + |v|^2 / d``, rsqrt); ``eps`` is a
-    0-dim fp32 tensor on the source's device (:meth:`_MixerMixin._mix_constants`)."""
-    norm = torch.linalg.vector_norm(source, dim=-1) if source.dtype in _WIDE else torch.linalg.vector_norm(
-        source, dim=-1, dtype=torch.float32)
-    return torch.rsqrt(torch.addcmul(eps, norm, norm, value=1.0 / source.shape[-1]))
-
-
-_WIDE = (torch.float32, torch.float64)
-
-
 def depth_weights(
     query: torch.Tensor, key_gain: torch.Tensor, sources: list[torch.Tensor], inv_rms_values: list[torch.Tensor]
 ) -> torch.Tensor:
@@ -205,75 +193,6 @@ def depth_mix(
     if not torch.is_grad_enabled() and sources[0].shape[:-1].numel() <= STACKED_MIX_MAX_TOKENS:
         return _stacked_depth_mix(query, key_gain, sources, inv_rms_values, u)
     return _DepthMix.apply(u, len(sources), *inv_rms_values, *sources)
-
-
-class _DepthMix(torch.autograd.Function):
-    """``sum_i softmax_i(r_i · inv_i) v_i`` with ``r_i = v_i · u``, and its hand-written backward.
-
-    The same math autograd would differentiate through the per-source loop, with fewer passes over the [B, T, d]
-    sources in the backward (which is what a training step pays for depth mixing: it is memory-bound): per source
-    one dot product with the incoming gradient, one matrix-vector product for ``u``'s gradient and one fused write
-    of the source's gradient ``a_i g + (∂L/∂r_i) u``, instead of autograd's six passes (and its per-op dispatch).
-    Saves the sources (not a stack of them) and three fp32 [S, B, T] per-token scalars (weights, raw dot products,
-    inverse RMS).
-    """
-
-    @staticmethod
-    def forward(ctx, u: torch.Tensor, num_sources: int, *tensors: torch.Tensor) -> torch.Tensor:
-        inv, sources = torch.stack(tensors[:num_sources]), tensors[num_sources:]  # inv: [S,B,T] fp32
-        raw = upcast(torch.stack([v @ u for v in sources]))  # [S,B,T]: dot products in the sources' dtype
-        weights = torch.softmax(raw * inv, dim=0)  # at least fp32
-        out = sources[0] * weights[0].unsqueeze(-1)  # at least fp32 (weights are)
-        for source, weight in zip(sources[1:], weights[1:]):
-            out = out.addcmul_(source, weight.unsqueeze(-1))
-        ctx.num_sources = num_sources
-        ctx.save_for_backward(u, weights, raw, inv, *sources)
-        return out.to(sources[0].dtype)
-
-    @staticmethod
-    def backward(ctx, grad_out: torch.Tensor):
-        u, weights, raw, inv, *sources = ctx.saved_tensors
-        grad = upcast(grad_out)  # [B,T,d]
-        wide = [upcast(v) for v in sources]  # the sources themselves unless they are narrower than fp32
-        grad_weights = torch.stack([torch.linalg.vecdot(v, grad) for v in wide])  # ∂L/∂a_i: [S,B,T]
-        grad_logits = weights * (grad_weights - (weights * grad_weights).sum(dim=0, keepdim=True))  # softmax backward
-        grad_raw = grad_logits * inv  # ∂L/∂r_i
-        grad_inv = grad_logits * raw  # ∂L/∂inv_i
-        u_wide = upcast(u)
-        grad_sources = [torch.addcmul(weight.unsqueeze(-1) * grad, g_raw.unsqueeze(-1), u_wide).to(v.dtype)
-                        for v, weight, g_raw in zip(sources, weights, grad_raw)]  # a_i g + (∂L/∂r_i) u
-        grad_u = None
-        if ctx.needs_input_grad[0]:
-            d = u.shape[-1]
-            grad_u = sum(torch.mv(v.reshape(-1, d).t(), g_raw.reshape(-1)) for v, g_raw in zip(wide, grad_raw))
-            grad_u = grad_u.to(u.dtype)
-        return (grad_u, None, *grad_inv.unbind(0), *grad_sources)
-
-
-#: Above this many tokens (batch x sequence), an inference-mode mix loops over the sources instead of stacking them.
-#: 128 covers the prefill of a short prompt batch (8 x 16) too; the transient stack is then at most
-#: 128 x d x (2L + 1) values (17 MB in fp32 at d = 1024, L = 16).
-STACKED_MIX_MAX_TOKENS = 128
-
-
-def _stacked_depth_mix(
-    query: torch.Tensor,
-    key_gain: torch.Tensor,
-    sources: list[torch.Tensor],
-    inv_rms_values: list[torch.Tensor],
-    u: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """:func:`depth_mix` for a few tokens without autograd (decoding): the sources are stacked once, so the whole
-    mix is one product for the scores, one softmax and one weighted sum (ten aten calls whatever the number of
-    sources) instead of two calls per source. Dispatch, not arithmetic, is what a decode step pays (a few
-    microseconds per call); for many tokens or under autograd the per-source loop is used, which never
-    materialises (or saves for backward) the [S, B, T, d] stack."""
-    values = torch.stack(sources)  # [S,B,T,d]
-    if u is None:
-        u = as_dtype(upcast(query) * upcast(key_gain), values.dtype)
-    weights = torch.softmax(upcast(values @ u) * torch.stack(inv_rms_values), dim=0)  # [S,B,T], fp32
-    mixed = (upcast(values) * weights.unsqueeze(-1)).sum(dim=0)  # Σ_i a_i v_i, fp32 [B,T,d]
-    return as_dtype(mixed, sources[0].dtype)
 
 
 # ================================================================================================ residual wiring
@@ -351,7 +270,7 @@ class AttnResResidual(_MixerMixin, Residual):
     def forward(self, stream: AttnResStream, norm: Norm | None = None, branch: Branch | None = None):
         """Run the sublayer and return the updated stream; without ``norm``/``branch``, return only the raw mix
         this sublayer would consume (:meth:`read` through ``nn.Module.__call__``, so the analysis readouts get
-        the same module hooks, e.g. accelerate's offload hooks that load ``query``/``key_gain``)."""
+        the same module hooks: see ``Wiring.forward``)."""
         mixed, stream = self.read(stream)
         if branch is None:
             return mixed
@@ -422,8 +341,8 @@ class AttnResWiring(_MixerMixin, Wiring):
         return self.mix(sources, inv)
 
     def forward(self, stream: AttnResStream, final_norm: Norm | None = None) -> torch.Tensor:
-        """:meth:`exit` (or, without ``final_norm``, the raw :meth:`final_mix`) through ``nn.Module.__call__``:
-        readouts call the module, never the parameters directly, so offload hooks load ``query``/``key_gain``."""
+        """:meth:`exit` (or, without ``final_norm``, the raw :meth:`final_mix`) through ``nn.Module.__call__``
+        (readouts too, so module hooks apply: see ``Wiring.forward``)."""
         return self.final_mix(stream) if final_norm is None else self.exit(stream, final_norm)
 
     def exit(self, stream: AttnResStream, final_norm: Norm) -> torch.Tensor:

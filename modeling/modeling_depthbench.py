@@ -1,6 +1,8 @@
 """The shared depthbench backbone: a Llama-style decoder whose residual wiring is pluggable.
 
 This file ships to the Hugging Face Hub as remote code: it imports only torch, transformers and its sibling files.
+The norms live in ``norms.py``, the precision helpers in ``numerics.py`` and the no-autograd fast-path machinery in
+``fast_path.py``.
 
 Everything except the residual wiring is shared by every architecture: token embedding, RoPE attention (eager /
 SDPA / any registered attention backend), SwiGLU MLP, the norms, the LM head, the KV cache, the loss and the
@@ -16,11 +18,10 @@ sublayer. The residual module answers the only question the architectures disagr
 where ``stream`` is whatever the architecture carries between sublayers (a tensor for Pre-LN, n streams for
 hyper-connections, a bank of depth sources for attention residuals), ``norm`` applies the sublayer's own norm
 (``input_layernorm`` / ``post_attention_layernorm``) and ``branch`` runs the attention or MLP. Both are plain
-functions that the :class:`DecoderLayer` builds around its own modules, never the modules themselves: no module is
-ever a forward argument (accelerate's big-model hooks move every forward argument to the execution device with
-``.to()``, which fails on an offloaded module whose weights are still on the meta device). The wiring also says how
-the embedding enters the stream (:meth:`Wiring.enter`), how the stream becomes the final hidden state
-(:meth:`Wiring.exit`), and what the analysis tools observe (:meth:`Wiring.readout`, :meth:`Wiring.depth_state`).
+functions that the :class:`DecoderLayer` builds around its own modules, never the modules themselves (why: see
+``DecoderLayer.forward``). The wiring also says how the embedding enters the stream (:meth:`Wiring.enter`), how the
+stream becomes the final hidden state (:meth:`Wiring.exit`), and what the analysis tools observe
+(:meth:`Wiring.readout`, :meth:`Wiring.depth_state`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_depthbench import DepthBenchConfig
+from .norms import LayerNorm, RMSNorm, make_norm
 
 #: What a residual module receives as ``norm``: a plain function [.., d] -> [.., d] that calls the sublayer's norm.
 Norm = Callable[[torch.Tensor], torch.Tensor]
@@ -72,165 +74,6 @@ else:
 
 
 # ================================================================================================ backbone pieces
-_WIDE_FLOATS = (torch.float32, torch.float64)
-
-
-def upcast(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` in fp32, or in its own dtype if that is wider (fp64 stays fp64): the precision of delicate math
-    (norms, softmaxes, residual adds and mixing). Returns ``tensor`` itself when it is already that wide: no aten
-    call at all, which matters when decoding a token at a time (every op costs microseconds of dispatch)."""
-    if tensor.dtype in _WIDE_FLOATS:
-        return tensor
-    return tensor.to(torch.promote_types(tensor.dtype, torch.float32))
-
-
-def inv_rms(tensor: torch.Tensor, eps: float, keepdim: bool = False) -> torch.Tensor:
-    """``1 / sqrt(mean(x^2) + eps)`` over the last dim, in at least fp32 (``[..., d] -> [...]``, or ``[..., 1]`` with
-    ``keepdim``). ``mean(x^2)`` is taken as ``|x|^2 / d`` from one norm: a single pass over ``x`` forward and one
-    backward, where squaring first writes and re-reads an ``x``-sized temporary both ways (memory-bound on CPU).
-    Used where a norm without gain reads a residual stream (AttnRes keys, HC gates)."""
-    wide = torch.promote_types(tensor.dtype, torch.float32)
-    sq_norm = torch.linalg.vector_norm(tensor, dim=-1, keepdim=keepdim, dtype=wide).square()
-    return torch.rsqrt(sq_norm / tensor.shape[-1] + eps)
-
-
-def as_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``tensor.to(dtype)``, skipping the (no-op but dispatched) call when the dtype already matches."""
-    return tensor if tensor.dtype == dtype else tensor.to(dtype)
-
-
-def inference_fast_path(module: nn.Module) -> bool:
-    """True where ``module`` may take a no-autograd fast path instead of its differentiable one: it is in eval mode,
-    autograd is off (``torch.no_grad()`` / ``torch.inference_mode()``: ``generate()`` and evaluation of a loaded
-    model) and nothing is being traced by ``torch.compile`` (compiled graphs keep the plain, fusable math). Fast
-    paths compute the same function, equal to the differentiable path within float rounding, not bitwise: a
-    training-mode module never takes them, so the forward that reentrant activation checkpointing runs without
-    autograd is bitwise the one it recomputes in the backward pass."""
-    return not torch.is_grad_enabled() and not module.training and not torch.compiler.is_compiling()
-
-
-def derived_weights(module: nn.Module, key: str, build: Callable[[], object], *params: torch.Tensor):
-    """A value ``build()`` derives from ``params`` (for example normalised or concatenated weights), cached on
-    ``module`` for no-autograd fast paths and rebuilt whenever a parameter changes: the cache key is each
-    parameter's storage address, version counter (bumped by every in-place update: optimizer steps, ``load_state_dict``,
-    ``copy_``), dtype and device. Call it only under :func:`inference_fast_path` (the cached value carries no
-    autograd history)."""
-    stamp = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
-    cache = module.__dict__.setdefault("_derived_weights", {})
-    hit = cache.get(key)
-    if hit is not None and hit[0] == stamp:
-        return hit[1]
-    value = build()
-    cache[key] = (stamp, value)
-    return value
-
-
-class RMSNorm(nn.Module):
-    """RMSNorm with a learnable gain (init 1), computed in at least fp32 and cast back (as Llama and OLMo-core)."""
-
-    def __init__(self, hidden_size: int, eps: float = 1e-6):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size))
-        self.variance_epsilon = eps
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        input_dtype = hidden_states.dtype
-        x = upcast(hidden_states)
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
-        return self.weight * x.to(input_dtype)
-
-    def extra_repr(self) -> str:
-        return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
-
-
-class LayerNorm(nn.Module):
-    """Mean-centred LayerNorm with a learnable gain and no bias (DeepNorm's norm in the study), computed in at least
-    fp32."""
-
-    def __init__(self, hidden_size: int, eps: float = 1e-6):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size))
-        self.variance_epsilon = eps
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        input_dtype = hidden_states.dtype
-        x = F.layer_norm(upcast(hidden_states), (hidden_states.shape[-1],), eps=self.variance_epsilon)
-        return self.weight * x.to(input_dtype)
-
-    def extra_repr(self) -> str:
-        return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
-
-
-NORM_CLASSES = {"rmsnorm": RMSNorm, "layernorm": LayerNorm}
-
-
-def make_norm(config: DepthBenchConfig, hidden_size: int | None = None) -> nn.Module:
-    """The norm named by ``config.norm_type`` over ``hidden_size`` (default ``config.hidden_size``)."""
-    return NORM_CLASSES[config.norm_type](hidden_size or config.hidden_size, eps=config.rms_norm_eps)
-
-
-class _RMSNormFunction(torch.autograd.Function):
-    """``weight * (x * rsqrt(mean(x²) + eps)).to(x.dtype)`` (:class:`RMSNorm`'s math) saving only ``x``, the
-    per-token ``rsqrt`` and the weight for the backward pass: the normalised tensor, which autograd would also keep,
-    is recomputed there (one elementwise product)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        xf = upcast(x)
-        inv_rms = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-        ctx.save_for_backward(x, inv_rms, weight)
-        return weight * (xf * inv_rms).to(x.dtype)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        x, inv_rms, weight = ctx.saved_tensors
-        normed = upcast(x) * inv_rms  # x̂ = x / rms(x)
-        grad_weight = None
-        if ctx.needs_input_grad[1]:
-            grad_weight = (grad * normed.to(x.dtype)).flatten(0, -2).sum(0).to(weight.dtype)
-        grad_normed = upcast(grad * weight)
-        # d x̂ / d x applied to grad_normed: (g - x̂ · mean(g · x̂)) / rms(x)
-        grad_x = (grad_normed - normed * (grad_normed * normed).mean(-1, keepdim=True)) * inv_rms
-        return grad_x.to(x.dtype), grad_weight, None
-
-
-class OutputRMSNorm(RMSNorm):
-    """An :class:`RMSNorm` (same parameter ``weight``, same math) for a norm whose input nothing else keeps, such as
-    the output norms of Peri-LN and KEEL: its training forward saves only its input and the per-token scale for the
-    backward pass. A plain RMSNorm there would keep two extra [B, T, d] tensors per sublayer (input and normalised
-    copy); this keeps one. (Pre-LN's norms read the stream, which is saved anyway, so they stay plain.)"""
-
-    def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
-        """The norm of ``hidden_states``; with ``residual``, ``residual + norm(hidden_states)`` (Peri-LN's add),
-        fused without autograd (:func:`inference_fast_path`) into five aten calls instead of seven: ``|x|`` from
-        one vector norm, then ``eps + |x|^2 / d`` and the add of ``x̂ * weight`` as one fused call each, the same
-        math in the same precision (``eps`` is cached as a 0-dim fp32 tensor by :func:`derived_weights`). A
-        keyword of ``forward``, not a method of its own, so module hooks (accelerate's offload) still apply."""
-        if residual is not None:
-            if inference_fast_path(self):
-                return self._add_normed(residual, hidden_states)
-            return residual + self.forward(hidden_states)
-        if torch.is_grad_enabled():
-            return _RMSNormFunction.apply(hidden_states, self.weight, self.variance_epsilon)
-        return super().forward(hidden_states)
-
-    def _add_normed(self, residual: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
-        x = upcast(hidden_states)
-        norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-        eps = derived_weights(self, "eps", lambda: torch.full((), self.variance_epsilon, dtype=torch.float32,
-                                                              device=self.weight.device), self.weight)
-        normed = as_dtype(x * torch.rsqrt(torch.addcmul(eps, norm, norm, value=1.0 / x.shape[-1])),
-                          hidden_states.dtype)
-        return torch.addcmul(residual, normed, self.weight)
-
-
-def make_output_norm(config: DepthBenchConfig) -> nn.Module:
-    """:class:`OutputRMSNorm` for RMSNorm models, the configured norm (:func:`make_norm`) otherwise."""
-    if config.norm_type == "rmsnorm":
-        return OutputRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-    return make_norm(config)
-
-
 def rope_inv_freq(config: DepthBenchConfig) -> torch.Tensor:
     """Inverse RoPE frequencies ``theta^(-2i/head_dim)`` for i in [0, head_dim/2) (plain, unscaled RoPE)."""
     dim = config.head_dim
@@ -367,7 +210,7 @@ class Residual(nn.Module):
 
         x <- x + F(N(x))
 
-    ``norm`` and ``branch`` are plain functions (see the module docstring), so a residual module may call each
+    ``norm`` and ``branch`` are plain functions (see ``DecoderLayer.forward``), so a residual module may call each
     any number of times, on any input, but never receives or stores the norm module itself; the norms stay owned
     by the :class:`DecoderLayer` under Llama's names.
 
@@ -535,8 +378,9 @@ class DecoderLayer(GradientCheckpointingLayer):
             return self.wiring.skip_layer(self, stream)
 
         # Norms and branches reach the residual modules as plain functions that call this layer's own modules,
-        # never as the modules themselves: accelerate's offload hooks move every forward argument of a hooked
-        # module with `.to(device)`, which would try to copy an offloaded (meta) norm (see `Residual`).
+        # never as the modules themselves, so no module is ever a forward argument: accelerate's big-model hooks
+        # move every forward argument of a hooked module to the execution device with `.to()`, which fails on an
+        # offloaded module whose weights are still on the meta device.
         def attention_norm(x):
             return self.input_layernorm(x)
 

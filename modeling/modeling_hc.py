@@ -1,10 +1,10 @@
 """Hyper-Connections (HC): n residual streams mixed by dynamic, tanh-gated width and depth connections.
 
 Ships to the Hugging Face Hub as remote code (imports only torch, transformers and sibling files). The multi-stream
-machinery shared with manifold-constrained HC (``modeling_mhc.py``) lives here: :class:`HyperConnectionWiring`
-(stream layout, readout, analysis states, the 1/sqrt(n) output init), :func:`hyper_connection_update` (one
-sublayer's width mix + branch + depth connection as a single batched matmul) and :func:`stream_saver` (training
-memory: autograd keeps one sublayer input stream in k and the backward pass rebuilds the others).
+pieces shared with manifold-constrained HC (``modeling_mhc.py``) live here: :class:`HyperConnectionWiring` (stream
+layout, readout, analysis states, the 1/sqrt(n) output init) and :func:`hyper_connection_update` (one sublayer's
+width mix + branch + depth connection as a single batched matmul). Their training memory (autograd keeps one
+sublayer input stream in k) is ``stream_saver`` in ``stream_memory.py``.
 
 Einsum legend: b batch, t token, s/r streams (n of them), j mixed outputs (n + 1: branch input, then the n carried
 streams), d hidden size.
@@ -12,7 +12,6 @@ streams), d hidden size.
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
@@ -21,6 +20,7 @@ from torch import nn
 from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
+from .fast_path import derived_weights, inference_fast_path
 from .modeling_depthbench import (
     Branch,
     DepthBenchForCausalLM,
@@ -31,12 +31,9 @@ from .modeling_depthbench import (
     Norm,
     Residual,
     Wiring,
-    as_dtype,
-    derived_weights,
-    inference_fast_path,
-    inv_rms,
-    upcast,
 )
+from .numerics import as_dtype, full_precision, inv_rms, upcast
+from .stream_memory import StreamSaver, stream_saver
 
 READOUTS = ("mean", "sum", "sum_norm")
 
@@ -82,9 +79,9 @@ class HCConfig(DepthBenchConfig):
         hc_norm_eps: Epsilon of the parameter-free per-stream RMS normalisation (reference 1e-8).
         hc_keep_stream_every: Training memory (no effect on the math or the parameters): autograd keeps the n-stream
             input [B, T, n, d] of every k-th sublayer only and recomputes the others in the backward pass from the
-            last kept one (:func:`stream_saver`; gradients bitwise equal). 1 keeps every stream;
-            default 8, the best of 2, 4, 6 and 8 measured at d=256, L 4-16, 1k-8k tokens per batch (rebuilt
-            streams live only once the logits are freed, early in the backward pass).
+            last kept one (``stream_saver`` in ``stream_memory.py``; gradients bitwise equal). 1 keeps every stream;
+            default 8, the measured best (rebuilt streams live only once the logits are freed, early in the backward
+            pass; see docs/benchmarks.md).
     """
 
     model_type = "depthbench_hc"
@@ -131,146 +128,6 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-_NO_AUTOCAST = contextlib.nullcontext()
-
-
-def full_precision(tensor: torch.Tensor) -> contextlib.AbstractContextManager:
-    """Context that switches autocast off on ``tensor``'s device, so upcast mixing math is not run in bf16 again
-    when the model is trained under ``torch.autocast``. Outside autocast it is a shared no-op context (entering a
-    ``torch.autocast`` costs ~20 Python calls, which a decode step would pay twice per sublayer)."""
-    if not torch.is_autocast_enabled(tensor.device.type):
-        return _NO_AUTOCAST
-    return torch.autocast(device_type=tensor.device.type, enabled=False)
-
-
-# ================================================================================================ stream recomputation
-class _KeptStream:
-    """A sublayer's input stream that autograd saves as it is (the input of every k-th sublayer)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: torch.Tensor):
-        self.value = value
-
-    def get(self) -> torch.Tensor:
-        return self.value
-
-
-class _RecomputedStream:
-    """A sublayer's input stream that autograd does not keep: the backward pass rebuilds it from the previous
-    sublayer's stream (kept or itself rebuilt) with that sublayer's update ``H' = (W H)[1:] + depth · out``, the
-    very kernels :func:`hyper_connection_update` ran in the forward pass (same inputs, same autocast state: bitwise
-    the same tensor). ``width``, ``depth`` and ``out`` are the tensors that update's backward keeps anyway. The
-    rebuilt stream is cached here until the saved tensors that need it are released."""
-
-    __slots__ = ("parent", "width", "depth", "out", "autocast", "value", "version")
-
-    def __init__(self, parent, width: torch.Tensor, depth: torch.Tensor, out: torch.Tensor, version: int):
-        self.parent, self.width, self.depth, self.out, self.version = parent, width, depth, out, version
-        device = out.device.type
-        # None: autocast was off; a dtype: the update ran under autocast to it (replayed, whatever is on at backward)
-        self.autocast = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
-        self.value = None
-
-    def get(self) -> torch.Tensor:
-        if self.value is None:
-            n, d = self.width.shape[-1], self.out.shape[-1]
-            device = self.out.device.type
-            replay = (torch.autocast(device, dtype=self.autocast) if self.autocast is not None
-                      else torch.autocast(device, enabled=False))
-            with replay:
-                carried = torch.bmm(self.width, self.parent.get().reshape(-1, n, d)).split_with_sizes([1, n], 1)[1]
-                self.value = torch.addcmul(carried, self.depth, self.out)
-            self.parent = self.width = self.depth = self.out = None  # the parent's own savers hold it while needed
-        return self.value
-
-
-class _SavedStreamView:
-    """What autograd holds instead of a tensor viewing a recomputed stream: the stream's handle and the view."""
-
-    __slots__ = ("stream", "size", "stride", "offset")
-
-    def __init__(self, stream: _RecomputedStream, tensor: torch.Tensor):
-        self.stream, self.size, self.stride = stream, tensor.size(), tensor.stride()
-        self.offset = tensor.storage_offset()
-
-
-def _unpack_stream(packed):
-    if type(packed) is _SavedStreamView:
-        return packed.stream.get().as_strided(packed.size, packed.stride, packed.offset)
-    return packed
-
-
-class StreamSaver:
-    """The pack hook of one hyper-connected sublayer's saved-tensor hooks (see :func:`stream_saver`), and the record
-    of how its update made the next stream. Autograd keeps the hooks as long as the saved tensors: this object
-    holds no reference to a stream it does not keep, and nothing refers back to it (no reference cycle, so all of
-    it is freed with the saved tensors, without waiting for the garbage collector)."""
-
-    __slots__ = ("handle", "storage", "dtype")
-
-    def __init__(self, stream: torch.Tensor, keep: bool):
-        lineage = getattr(stream, "_hc_lineage", None)  # set by the previous sublayer's update (`record`)
-        recompute = (not keep and lineage is not None and lineage.version == stream._version
-                     and stream.is_contiguous() and stream.storage_offset() == 0
-                     and stream.untyped_storage().nbytes() == stream.numel() * stream.element_size())
-        self.handle = lineage if recompute else _KeptStream(stream)
-        self.storage = stream.untyped_storage().data_ptr() if recompute else None
-        self.dtype = stream.dtype
-
-    def __call__(self, tensor: torch.Tensor):
-        if (self.storage is not None and tensor.dtype == self.dtype and tensor.layout == torch.strided
-                and tensor.untyped_storage().data_ptr() == self.storage):
-            return _SavedStreamView(self.handle, tensor)
-        return tensor
-
-    def record(self, new_stream: torch.Tensor, width: torch.Tensor, depth: torch.Tensor, out: torch.Tensor) -> None:
-        """Tell the next sublayer how ``new_stream`` was made: ``(width @ H)[1:] + depth · out`` with ``H`` this
-        sublayer's stream."""
-        new_stream._hc_lineage = _RecomputedStream(self.handle, width, depth, out, new_stream._version)
-
-
-class _StreamHooks(torch.autograd.graph.saved_tensors_hooks):
-    def __enter__(self) -> StreamSaver:
-        super().__enter__()
-        return self.pack_hook
-
-
-def _other_saved_tensors_hooks() -> bool:
-    """True inside someone else's saved-tensor hooks (non-reentrant activation checkpointing, ``save_on_cpu``,
-    activation offloading) or where they are disabled: the stream is then saved plainly, under their rules."""
-    if not torch._C._autograd._saved_tensors_hooks_is_enabled():
-        return True
-    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
-
-
-def stream_saver(stream: torch.Tensor, index: int, keep_every: int) -> contextlib.AbstractContextManager:
-    """Context around one hyper-connected sublayer's training forward (connections + :func:`hyper_connection_update`)
-    that lets autograd keep the n-stream input [B, T, n, d] of every ``keep_every``-th sublayer only.
-
-    Each sublayer's coefficient GEMMs and its width-mixing ``bmm`` save their input stream for the backward pass:
-    one [B, T, n, d] tensor per sublayer, n times a Pre-LN residual, the largest part of HC's and mHC's extra
-    activation memory at token-heavy shapes (the study, arXiv 2609.32534, benchmarks peak training memory against
-    Pre-LN). Inside this context a sublayer whose ``index`` is not a multiple of ``keep_every`` saves, instead of its
-    input stream, a recipe for rebuilding it in the backward pass from the previous sublayer's stream: that
-    sublayer's update ``H' = (W H)[1:] + depth · F(N(u))`` re-run on tensors its own backward keeps anyway (W, depth
-    and the branch output). The rebuild runs the forward's kernels on the same inputs, so gradients are bitwise
-    those of ``keep_every = 1``, at the price of one small ``bmm`` + ``addcmul`` per rebuilt stream (activation
-    recomputation, Chen et al. 2016, arXiv 1604.06174, applied to the cheap residual update only).
-
-    Returns saved-tensor hooks whose ``with ... as saver`` gives the :class:`StreamSaver` to pass to
-    :func:`hyper_connection_update`, or a no-op context yielding ``None`` (plain saving) when ``keep_every`` is 1
-    (no hooks at all), autograd is off, under ``torch.compile`` (compiled graphs plan their own recomputation) and
-    inside other saved-tensor hooks (non-reentrant activation checkpointing, which recomputes the whole block
-    anyway, and activation offloading). Reentrant checkpointing runs the block's forward without autograd; its
-    re-run in the backward pass may rebuild the block's second stream, with the same gradients.
-    """
-    if (keep_every == 1 or not torch.is_grad_enabled() or torch.compiler.is_compiling() or not stream.requires_grad
-            or _other_saved_tensors_hooks()):
-        return _NO_AUTOCAST
-    return _StreamHooks(StreamSaver(stream, keep=index % keep_every == 0), _unpack_stream)
-
-
 # ================================================================================================ shared HC pieces
 def hyper_connection_update(
     stream: torch.Tensor,
@@ -289,7 +146,7 @@ def hyper_connection_update(
         depth: Depth-connection weights, [..., n] (how much of the branch output each stream receives).
         norm: The sublayer's own pre-norm.
         branch: Attention or MLP.
-        saver: The sublayer's :func:`stream_saver` (None: plain saving), told how the new stream was made.
+        saver: The sublayer's ``stream_saver`` (None: plain saving), told how the new stream was made.
 
     Returns:
         The updated streams, [B, T, n, d], in the stream's dtype (``width``/``depth`` are cast to it: the mixing
@@ -302,9 +159,9 @@ def hyper_connection_update(
     w = as_dtype(width, stream.dtype)
     w = w.expand(h.shape[0], n + 1, n) if w.dim() == 2 else w.reshape(-1, n + 1, n)
     # One batched product for all n+1 rows: [N,n+1,d], row 0 = u = Σ_s w[0,s] H_s, rows 1..n = R_t = Σ_s w[1+t,s] H_s
-    # (one bmm instead of two on row slices, plus a fused multiply-add for the depth term: forward + backward of the
-    # mixing is ~2x faster on CPU than bmm + bmm + baddbmm; the same kernels on GPU). `split`, not indexing: its
-    # backward concatenates the two gradients instead of zero-filling and accumulating two full-size buffers.
+    # (one bmm instead of two on row slices, plus a fused multiply-add for the depth term: faster than
+    # bmm + bmm + baddbmm, see docs/benchmarks.md). `split`, not indexing: its backward concatenates the two
+    # gradients instead of zero-filling and accumulating two full-size buffers.
     u, carried = torch.bmm(w, h).split_with_sizes([1, n], dim=1)
     # The branch input gets its own storage: the norm saves its input for backward, and a view would keep the whole
     # [N,n+1,d] product alive (n+1 times the memory) although only `carried`'s forward use needs the rest of it.
@@ -425,8 +282,8 @@ class HCResidual(Residual):
             return self._connections(upcast(stream))
 
     def _connections(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # Written for few aten calls and little Python (a decode step of one token pays microseconds of dispatch per
-        # call whatever its size): one fused multiply-add per map, parameters cast only when their dtype differs.
+        # Written for few aten calls and little Python (decoding is dispatch-bound, see fast_path.py): one fused
+        # multiply-add per map, parameters cast only when their dtype differs.
         params = (self.dynamic_alpha_fn, self.dynamic_beta_fn, self.static_alpha, self.static_beta,
                   self.dynamic_alpha_scale, self.dynamic_beta_scale)
         if params[0].dtype != h.dtype:
@@ -460,8 +317,8 @@ class HCResidual(Residual):
         return (proj.t() * math.sqrt(d)).contiguous(), static, gates, proj.new_tensor(math.sqrt(d * self.eps))
 
     def _inference_forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
-        """:meth:`forward` without autograd in few aten calls (a decode step is dispatch-bound): the gates of all n+1
-        rows and β from one GEMM, ``[A | β] = static + c · tanh((H W) / rms(H))`` in one fused multiply-add, then
+        """:meth:`forward` without autograd in few aten calls (``fast_path.py``): the gates of all n+1 rows and β
+        from one GEMM, ``[A | β] = static + c · tanh((H W) / rms(H))`` in one fused multiply-add, then
         ``[u; R; ·] = [A | β]ᵀ H`` in one batched matmul (its last row is unused) and ``H' = R + β · F(N(u))`` in one
         addcmul. Equal to the differentiable path up to float rounding (``tests/residuals/test_hc_inference_paths.py``).
         """

@@ -16,9 +16,9 @@ from .modeling_depthbench import (
     Norm,
     Residual,
     Wiring,
-    make_output_norm,
-    upcast,
 )
+from .norms import make_output_norm
+from .numerics import upcast
 
 
 class KeelConfig(DepthBenchConfig):

@@ -18,8 +18,8 @@ from .modeling_depthbench import (
     Norm,
     Residual,
     Wiring,
-    upcast,
 )
+from .numerics import upcast
 
 
 class MixLNConfig(DepthBenchConfig):

@@ -6,10 +6,8 @@ Every attention query at token t attends, in one softmax, over the causal sequen
 the keys/values that earlier sublayers produced for the same token t (the "depth cache"). The attention math is
 pure PyTorch (no custom kernel): :func:`moda_attention` concatenates sequence scores ``[B, H, T, T_kv]`` and
 same-position depth scores ``[B, H, T, S]`` along the key axis and normalises them with one fp32 softmax (eager);
-:func:`moda_attention_sdpa` computes the same function through one fused SDPA call (sdpa, the default).
-
-Einsum legend used below: b batch, k key/value head, g query heads per key/value head (GQA group), t query
-position, j key position, s depth slot, d head_dim.
+:func:`moda_attention_sdpa` computes the same function through one fused SDPA call (sdpa, the default). The
+products with the per-token depth slots (memory-lean under autograd) are in ``depth_slots.py``.
 """
 
 from __future__ import annotations
@@ -23,6 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .configuration_depthbench import DepthBenchConfig
+from .depth_slots import _num_slots, depth_logits, depth_readout
+from .fast_path import inference_fast_path
 from .modeling_depthbench import (
     Attention,
     Branch,
@@ -35,11 +35,9 @@ from .modeling_depthbench import (
     Residual,
     Wiring,
     apply_rotary_pos_emb,
-    as_dtype,
-    inference_fast_path,
     rope_init,
-    upcast,
 )
+from .numerics import as_dtype, upcast
 
 
 class MoDAConfig(DepthBenchConfig):
@@ -75,8 +73,8 @@ class MoDAConfig(DepthBenchConfig):
     * Attention always runs this file's own MoDA math, never a backend kernel: ``attn_implementation="eager"``
       materialises the scores and one fp32 softmax (the readable reference, returns the weights); ``"sdpa"`` (the
       default) computes the same function exactly through one ``F.scaled_dot_product_attention`` call whose extra
-      "selector" keys carry the per-token depth logits (about 2.6x faster on CPU). Tests check both agree, values
-      and gradients. Flash and flex attention are not supported (no way to add per-token keys).
+      "selector" keys carry the per-token depth logits (faster; see docs/benchmarks.md). Tests check both agree,
+      values and gradients. Flash and flex attention are not supported (no way to add per-token keys).
     * Generation: the sequence keys use the normal KV cache; depth entries are same-position only, so they are
       recomputed for the new token at every step and never cached.
 
@@ -172,70 +170,6 @@ def additive_mask(
     return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, neg)
 
 
-class _DepthLogits(torch.autograd.Function):
-    """Depth logits ``l[b,k,g,t,s] = q[b,k,g,t,:] . kappa_s[b,k,t,:]`` from the S separate depth slots.
-
-    Saves the query and the slots themselves (which the depth cache keeps alive anyway) rather than their stack:
-    block l's stack holds 2l slots, so stacks saved for the backward pass would grow quadratically with depth
-    (~60% of MoDA's extra activation memory at L=16). The stack is rebuilt, transiently, in the backward pass.
-    """
-
-    @staticmethod
-    def forward(ctx, query: torch.Tensor, *slots: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(query, *slots)
-        return torch.einsum("bkgtd,bktsd->bkgts", query, torch.stack(slots, dim=3))
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        query, *slots = ctx.saved_tensors
-        keys = torch.stack(slots, dim=3)
-        grad_query = torch.einsum("bkgts,bktsd->bkgtd", grad, keys)
-        grad_keys = torch.einsum("bkgts,bkgtd->bktsd", grad, query)
-        return (grad_query, *grad_keys.unbind(dim=3))
-
-
-class _DepthReadout(torch.autograd.Function):
-    """Depth part of the attention output ``o[b,k,g,t,:] = sum_s a[b,k,g,t,s] nu_s[b,k,t,:]`` from the S separate
-    depth slots; saves the weights and the slots, not their stack (see :class:`_DepthLogits`)."""
-
-    @staticmethod
-    def forward(ctx, weights: torch.Tensor, *slots: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(weights, *slots)
-        return torch.einsum("bkgts,bktsd->bkgtd", weights, torch.stack(slots, dim=3))
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        weights, *slots = ctx.saved_tensors
-        values = torch.stack(slots, dim=3)
-        grad_weights = torch.einsum("bkgtd,bktsd->bkgts", grad, values)
-        grad_values = torch.einsum("bkgts,bkgtd->bktsd", weights, grad)
-        return (grad_weights, *grad_values.unbind(dim=3))
-
-
-def _slots(depth: torch.Tensor | Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    """Depth keys/values as a tuple of S slots [B, H_kv, T, hd] (a stacked [B, H_kv, T, S, hd] tensor is split)."""
-    return depth.unbind(dim=3) if isinstance(depth, torch.Tensor) else tuple(depth)
-
-
-def depth_logits(query: torch.Tensor, depth_keys: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
-    """Raw depth logits [B, H_kv, G, T, S] of the query [B, H_kv, G, T, hd] against the same-position depth keys
-    (stacked [B, H_kv, T, S, hd] or S slots [B, H_kv, T, hd])."""
-    slots = _slots(depth_keys)
-    if torch.is_grad_enabled():
-        return _DepthLogits.apply(query, *slots)
-    # the same batched product as the einsum, without its parsing (decoding pays per call)
-    return (query.transpose(2, 3) @ torch.stack(slots, dim=3).transpose(-1, -2)).transpose(2, 3)
-
-
-def depth_readout(weights: torch.Tensor, depth_values: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
-    """``sum_s weights[..., s] * value_s``: [B, H_kv, G, T, hd] from weights [B, H_kv, G, T, S] and the depth
-    values (stacked [B, H_kv, T, S, hd] or S slots [B, H_kv, T, hd])."""
-    slots = _slots(depth_values)
-    if torch.is_grad_enabled():
-        return _DepthReadout.apply(weights, *slots)
-    return (weights.transpose(2, 3) @ torch.stack(slots, dim=3)).transpose(2, 3)
-
-
 def moda_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -293,16 +227,9 @@ def moda_attention(
     return out, weights.reshape(b, h, t, kv_len + s)
 
 
-def _num_slots(depth_keys) -> int:
-    if depth_keys is None:
-        return 0
-    return depth_keys.shape[3] if isinstance(depth_keys, torch.Tensor) else len(depth_keys)
-
-
 #: Shortest sequence for which :func:`moda_attention_sdpa` runs SDPA's causal kernel (zero queries in front of the
 #: selector keys) rather than an explicit mask on CPU. CPU flash attention splits the keys in blocks of 512, so
-#: shorter sequences skip little; forward + backward of the attention, causal vs mask (2026-12-01, 1 thread): T=1024
-#: 0.88x, T=512 1.00x, T=256 1.06x, T=128 0.92-1.18x (S = 6-30 depth slots). Accelerators always take the causal path.
+#: shorter sequences skip little (timings: docs/benchmarks.md). Accelerators always take the causal path.
 CPU_CAUSAL_MIN_TOKENS = 512
 
 

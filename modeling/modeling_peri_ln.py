@@ -15,12 +15,10 @@ from .modeling_depthbench import (
     DepthBenchForTokenClassification,
     DepthBenchModel,
     Norm,
-    OutputRMSNorm,
     Residual,
     Wiring,
-    make_norm,
-    make_output_norm,
 )
+from .norms import OutputRMSNorm, make_norm, make_output_norm
 
 
 class PeriLNConfig(DepthBenchConfig):

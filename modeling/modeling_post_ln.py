@@ -17,8 +17,8 @@ from .modeling_depthbench import (
     Norm,
     Residual,
     Wiring,
-    upcast,
 )
+from .numerics import upcast
 
 
 class PostLNConfig(DepthBenchConfig):

@@ -2,9 +2,11 @@
 
 ``save_pretrained`` must write the weights, a ``config.json`` whose ``auto_map`` covers AutoConfig, AutoModel,
 AutoModelForCausalLM and the task heads, and copies of the ``modeling/*.py`` files, so that a user without
-depthbench installed loads the model with ``trust_remote_code=True``. The fresh-process check runs ONE subprocess
-for all architectures of the session (``import depthbench`` is blocked there and verified to fail) and the
-parametrized tests read its JSON.
+depthbench installed loads the model with ``trust_remote_code=True``. Which files are copied is discovered, not
+listed: transformers' ``custom_object_save`` copies the architecture's file and, transitively, every sibling it
+imports with ``from .x import Y``; a check here fails if a copied file imports a sibling that was not copied. The
+fresh-process check runs ONE subprocess for all architectures of the session (``import depthbench`` is blocked
+there and verified to fail) and the parametrized tests read its JSON.
 An AST check keeps every shipped file importable on the Hub (stdlib, torch, transformers, huggingface_hub and flat
 sibling imports only).
 
@@ -144,6 +146,49 @@ def test_save_pretrained_writes_weights_auto_map_and_code(arch_id, checkpoints):
         assert f"class {class_name}(" in (path / f"{module}.py").read_text(), target
     for name in (_module_file(arch_id), "modeling_depthbench.py", "configuration_depthbench.py"):
         assert (path / name).is_file(), f"{name} was not copied next to the weights"
+
+
+def _sibling_imports(path: Path) -> set[str]:
+    """The flat sibling modules (``from .x import Y``) that ``path`` imports anywhere in its file."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return {node.module for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module}
+
+
+def _missing_siblings(folder: Path) -> list[str]:
+    """``"file.py -> sibling.py"`` for every sibling a ``.py`` file of ``folder`` imports that is not in ``folder``."""
+    return [f"{path.name} -> {module}.py" for path in sorted(folder.glob("*.py"))
+            for module in sorted(_sibling_imports(path)) if not (folder / f"{module}.py").is_file()]
+
+
+def _import_closure(path: Path) -> set[str]:
+    """File names of ``path`` and of every sibling it imports, transitively."""
+    closure, todo = set(), [path.name]
+    while todo:
+        name = todo.pop()
+        if name not in closure:
+            closure.add(name)
+            todo.extend(f"{module}.py" for module in _sibling_imports(path.parent / name))
+    return closure
+
+
+@ARCH
+def test_checkpoint_ships_every_sibling_its_code_imports(arch_id, checkpoints):
+    path = checkpoints.get(arch_id).path
+    assert _missing_siblings(path) == [], "a shipped file imports a sibling that was not copied next to the weights"
+    needed = _import_closure(MODELING_DIR / _module_file(arch_id))
+    assert {"numerics.py", "fast_path.py", "norms.py"} <= needed  # the backbone's helpers are siblings too
+    assert needed <= {p.name for p in path.glob("*.py")}
+
+
+def test_missing_sibling_check_catches_an_unshipped_import(tmp_path):
+    (tmp_path / "modeling_a.py").write_text("import torch\n\n\ndef f():\n    from .numerics import upcast\n")
+    assert _missing_siblings(tmp_path) == ["modeling_a.py -> numerics.py"]
+    (tmp_path / "numerics.py").write_text("from .fast_path import derived_weights\n")
+    assert _missing_siblings(tmp_path) == ["numerics.py -> fast_path.py"]
+    (tmp_path / "fast_path.py").write_text("")
+    assert _missing_siblings(tmp_path) == []
+    assert _import_closure(tmp_path / "modeling_a.py") == {"modeling_a.py", "numerics.py", "fast_path.py"}
 
 
 @ARCH

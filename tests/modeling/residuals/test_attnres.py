@@ -14,6 +14,8 @@ import math
 import pytest
 import torch
 from depthbench.modeling import modeling_attnres as ar
+from depthbench.modeling.depth_mix_paths import STACKED_MIX_MAX_TOKENS, _stacked_depth_mix
+from depthbench.modeling.numerics import inv_rms
 
 from depthbench.registry import build_config, get
 from tests.helpers import build_tiny, eval_logits, seeded_ids
@@ -85,7 +87,7 @@ def test_zero_queries_give_exactly_uniform_weights_for_any_input():
     generator = torch.Generator().manual_seed(0)
     for n in (2, 3, 7):
         sources = [torch.randn(2, 5, D, generator=generator) * 10.0 ** k for k in range(n)]
-        inv = [ar.inv_rms(s, 1e-6) for s in sources]
+        inv = [inv_rms(s, 1e-6) for s in sources]
         weights = ar.depth_weights(torch.zeros(D), 1 + torch.randn(D, generator=generator), sources, inv)
         assert weights.dtype == torch.float32
         assert torch.equal(weights, torch.full_like(weights, 1.0 / n))
@@ -97,7 +99,7 @@ def test_weights_sum_to_one_and_ignore_source_scale():
     query, key_gain = torch.randn(D, generator=generator), 1 + 0.2 * torch.randn(D, generator=generator)
 
     def weights(srcs):  # invariance holds up to eps; keep eps negligible against the smallest source scale
-        return ar.depth_weights(query, key_gain, srcs, [ar.inv_rms(s, 1e-12) for s in srcs])
+        return ar.depth_weights(query, key_gain, srcs, [inv_rms(s, 1e-12) for s in srcs])
 
     base = weights(sources)
     torch.testing.assert_close(base.sum(0), torch.ones(2, 5), rtol=0, atol=1e-6)
@@ -105,9 +107,9 @@ def test_weights_sum_to_one_and_ignore_source_scale():
     rescaled = weights([sources[0], 13.0 * sources[1], sources[2], 0.07 * sources[3]])
     torch.testing.assert_close(rescaled, base, rtol=0, atol=1e-5)
     # ... while the mixture itself sees the new value
-    mixed = ar.depth_mix(query, key_gain, sources, [ar.inv_rms(s, 1e-6) for s in sources])
+    mixed = ar.depth_mix(query, key_gain, sources, [inv_rms(s, 1e-6) for s in sources])
     assert not torch.allclose(mixed, ar.depth_mix(query, key_gain, [sources[0], 13.0 * sources[1], *sources[2:]],
-                                                  [ar.inv_rms(s, 1e-6) for s in sources]), atol=1e-3)
+                                                  [inv_rms(s, 1e-6) for s in sources]), atol=1e-3)
 
 
 def test_depth_mix_matches_explicit_rmsnorm_keys_with_gradients():
@@ -121,7 +123,7 @@ def test_depth_mix_matches_explicit_rmsnorm_keys_with_gradients():
         srcs = [s.clone().float().requires_grad_() for s in leaves]
         q, g = q0.clone().float().requires_grad_(), g0.clone().float().requires_grad_()
         if fast:
-            out = ar.depth_mix(q, g, srcs, [ar.inv_rms(s, eps) for s in srcs])
+            out = ar.depth_mix(q, g, srcs, [inv_rms(s, eps) for s in srcs])
         else:
             stacked = torch.stack(srcs)  # [S, B, T, d]
             keys = g * stacked * torch.rsqrt(stacked.pow(2).mean(-1, keepdim=True) + eps)
@@ -145,7 +147,7 @@ def test_depth_mix_backward_passes_gradcheck_in_float64():
     key_gain = torch.randn(5, generator=generator, dtype=torch.float64, requires_grad=True)
 
     def mix(q, g, *srcs):
-        return ar.depth_mix(q, g, list(srcs), [ar.inv_rms(s, 1e-6) for s in srcs])
+        return ar.depth_mix(q, g, list(srcs), [inv_rms(s, 1e-6) for s in srcs])
 
     assert torch.autograd.gradcheck(mix, (query, key_gain, *sources))
 
@@ -155,7 +157,7 @@ def test_bf16_mix_gradients_reach_every_input_in_their_dtype():
     sources = [torch.randn(2, 3, D, generator=generator).bfloat16().requires_grad_() for _ in range(3)]
     query = torch.randn(D, generator=generator).bfloat16().requires_grad_()
     key_gain = torch.ones(D).bfloat16().requires_grad_()
-    out = ar.depth_mix(query, key_gain, sources, [ar.inv_rms(s, 1e-6) for s in sources])
+    out = ar.depth_mix(query, key_gain, sources, [inv_rms(s, 1e-6) for s in sources])
     out.float().pow(2).sum().backward()
     for tensor in (*sources, query, key_gain):
         assert tensor.grad is not None and tensor.grad.dtype == torch.bfloat16 and tensor.grad.abs().sum() > 0
@@ -167,14 +169,14 @@ def test_inference_mix_of_few_tokens_equals_the_autograd_mix(dtype):
     that training uses, and above the token threshold inference takes the loop again."""
     generator = torch.Generator().manual_seed(5)
     query, key_gain = torch.randn(D, generator=generator).to(dtype), torch.randn(D, generator=generator).to(dtype)
-    for batch, length in ((1, 1), (8, 1), (2, ar.STACKED_MIX_MAX_TOKENS)):
+    for batch, length in ((1, 1), (8, 1), (2, STACKED_MIX_MAX_TOKENS)):
         sources = [torch.randn(batch, length, D, generator=generator).to(dtype) for _ in range(6)]
-        inv = [ar.inv_rms(s, 1e-6) for s in sources]
+        inv = [inv_rms(s, 1e-6) for s in sources]
         with torch.enable_grad():
             looped = ar.depth_mix(query, key_gain, sources, inv)
         with torch.no_grad():
             fast = ar.depth_mix(query, key_gain, sources, inv)
-        stacked = ar._stacked_depth_mix(query, key_gain, sources, inv)
+        stacked = _stacked_depth_mix(query, key_gain, sources, inv)
         assert fast.dtype == looped.dtype == dtype
         tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
         torch.testing.assert_close(fast, looped, **tol)
@@ -184,7 +186,7 @@ def test_inference_mix_of_few_tokens_equals_the_autograd_mix(dtype):
 def test_bf16_mix_runs_softmax_in_fp32_and_returns_bf16():
     generator = torch.Generator().manual_seed(4)
     sources = [torch.randn(2, 3, D, generator=generator).bfloat16() for _ in range(3)]
-    inv = [ar.inv_rms(s, 1e-6) for s in sources]
+    inv = [inv_rms(s, 1e-6) for s in sources]
     query, key_gain = torch.randn(D).bfloat16(), torch.ones(D).bfloat16()
     assert inv[0].dtype == torch.float32
     assert ar.depth_weights(query, key_gain, sources, inv).dtype == torch.float32
@@ -320,7 +322,7 @@ def test_sublayer_reads_its_own_norm_of_the_mix():
     residual = model.model.layers[1].attn_residual  # sublayer 2: sources e, y_0, y_1
     sources = [embeddings, outputs[0], outputs[1]]
     with torch.no_grad():
-        expected = ar.depth_mix(residual.query, residual.key_gain, sources, [ar.inv_rms(s, 1e-6) for s in sources])
+        expected = ar.depth_mix(residual.query, residual.key_gain, sources, [inv_rms(s, 1e-6) for s in sources])
     torch.testing.assert_close(norm_inputs[0], expected, rtol=1e-5, atol=1e-6)
 
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from depthbench.modeling.modeling_depthbench import LayerNorm, RMSNorm
+from depthbench.modeling.norms import LayerNorm, RMSNorm
 
 from depthbench.registry import build_config
 from tests.modeling.residuals.norm_placement_helpers import (

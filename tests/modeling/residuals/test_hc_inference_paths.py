@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from depthbench.modeling import modeling_hc, modeling_mhc
-from depthbench.modeling.modeling_mhc import _sinkhorn, _sinkhorn_inference
+from depthbench.modeling.sinkhorn import _sinkhorn, _sinkhorn_inference
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.helpers import build_tiny, cache_of, left_pad, seeded_ids

@@ -1,7 +1,7 @@
-"""The shared switches of the no-autograd fast paths (``modeling_depthbench``)."""
+"""The shared switches of the no-autograd fast paths (``fast_path``)."""
 
 import torch
-from depthbench.modeling.modeling_depthbench import derived_weights, inference_fast_path
+from depthbench.modeling.fast_path import derived_weights, inference_fast_path
 
 
 def test_fast_path_only_in_eval_mode_without_autograd():

@@ -3,7 +3,7 @@
 Without autograd (``torch.no_grad()``: ``generate()``, evaluation) AttnRes / Block AttnRes mix depth from cached key
 norms and a cached ``query * key_gain`` (``modeling/modeling_attnres.py``), MoDA scores a single query token with
 :func:`moda_single_query_attention` (``modeling/modeling_moda.py``) and Peri-LN fuses its output norm with the
-residual add (``OutputRMSNorm(x, residual=stream)``, ``modeling/modeling_depthbench.py``). Each is checked against the
+residual add (``OutputRMSNorm(x, residual=stream)``, ``modeling/norms.py``). Each is checked against the
 differentiable path (the same model and inputs with autograd on): logits of a full forward and of cached one-token
 decode steps, batch 1 and > 1, with left padding, fp32 (and bf16 at bf16 tolerance); and ``generate()`` returns the
 same tokens with the fast paths switched off.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from depthbench.modeling import modeling_attnres, modeling_depthbench, modeling_moda
+from depthbench.modeling import modeling_attnres, modeling_moda, norms
 from transformers import DynamicCache
 
 from depthbench.registry import build_model
@@ -32,7 +32,7 @@ FAST_PATH = {
     "attnres": (modeling_attnres, "_fast_inv_rms"),
     "block_attnres": (modeling_attnres, "_fast_inv_rms"),
     "moda": (modeling_moda, "moda_single_query_attention"),
-    "peri_ln": (modeling_depthbench.OutputRMSNorm, "_add_normed"),
+    "peri_ln": (norms.OutputRMSNorm, "_add_normed"),
 }
 #: Relative to the logits' scale (fp32 rounding through four blocks of different summation orders).
 FP32_REL = 1e-5
@@ -154,7 +154,7 @@ def test_generate_returns_the_same_tokens_with_and_without_the_fast_paths(arch, 
     ids, mask = inputs(2, 6)
     kwargs = dict(attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0, eos_token_id=None)
     fast = model.generate(ids, **kwargs)
-    for module in (modeling_attnres, modeling_moda, modeling_depthbench):  # Peri-LN: its OutputRMSNorm
+    for module in (modeling_attnres, modeling_moda, norms):  # Peri-LN: its OutputRMSNorm
         monkeypatch.setattr(module, "inference_fast_path", lambda module: False)
     slow = model.generate(ids, **kwargs)
     assert fast.shape == (2, 6 + 8)
@@ -189,7 +189,7 @@ def test_single_query_attention_equals_moda_attention_with_masks_and_gqa():
 
 
 def test_output_norm_with_residual_equals_the_norm_then_the_add():
-    norm = modeling_depthbench.OutputRMSNorm(32, eps=1e-5).eval()  # fast paths are for eval-mode modules
+    norm = norms.OutputRMSNorm(32, eps=1e-5).eval()  # fast paths are for eval-mode modules
     generator = torch.Generator().manual_seed(5)
     with torch.no_grad():
         norm.weight.copy_(1 + 0.5 * torch.randn(32, generator=generator))

@@ -1,22 +1,23 @@
 """Memory-saving training paths and fast decoding paths of mHC, MoDA and KEEL compute the plain math.
 
 Each architecture keeps less for the backward pass than autograd would on its own (issue 15, peak training memory):
-mHC recomputes its Sinkhorn iterations in backward and does not keep the [N, n+1, d] mixing product alive through
-the branch input (``modeling/modeling_mhc.py``); MoDA's depth attention saves the depth slots rather than their
-per-block stacks (``modeling/modeling_moda.py``); KEEL's output norm saves its input and per-token scale rather
-than also the normalised copy (``modeling/modeling_keel.py``). Decoding skips autograd-only work (mHC) or runs the
-explicit-score attention math for a single query (MoDA). These tests check the gradients against plain float64
-references written out here, that the saved tensors really are the smaller set, and that the decode paths equal
-the training forward.
+mHC recomputes its Sinkhorn iterations in backward (``modeling/sinkhorn.py``) and does not keep the [N, n+1, d]
+mixing product alive through the branch input (``modeling/modeling_hc.py``); MoDA's depth attention saves the depth
+slots rather than their per-block stacks (``modeling/depth_slots.py``); KEEL's output norm saves its input and
+per-token scale rather than also the normalised copy (``OutputRMSNorm`` in ``modeling/norms.py``). Decoding skips
+autograd-only work (mHC) or runs the explicit-score attention math for a single query (MoDA). These tests check the
+gradients against plain float64 references written out here, that the saved tensors really are the smaller set,
+and that the decode paths equal the training forward.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from depthbench.modeling.modeling_depthbench import OutputRMSNorm, RMSNorm
-from depthbench.modeling.modeling_mhc import MHCResidual, _sinkhorn, sinkhorn
-from depthbench.modeling.modeling_moda import depth_logits, depth_readout
+from depthbench.modeling.depth_slots import depth_logits, depth_readout
+from depthbench.modeling.modeling_mhc import MHCResidual
+from depthbench.modeling.norms import OutputRMSNorm, RMSNorm
+from depthbench.modeling.sinkhorn import _sinkhorn, sinkhorn
 
 from tests.helpers import random_ids, tiny_model
 

@@ -1,6 +1,6 @@
 """HC / mHC keep the n-stream input of every k-th sublayer only and rebuild the others in backward (issue 15).
 
-``hc_keep_stream_every`` / ``mhc_keep_stream_every`` (``stream_saver`` in ``modeling/modeling_hc.py``) change what
+``hc_keep_stream_every`` / ``mhc_keep_stream_every`` (``stream_saver`` in ``modeling/stream_memory.py``) change what
 autograd keeps for the backward pass, never the math: losses and every parameter gradient must be bitwise those of
 ``keep_every = 1`` (which keeps every stream, the plain autograd path), for any k, under bf16 autocast too; the
 saving must be there (exact tensor bytes, :class:`depthbench.bench.tensor_peak.TensorPeak`); and the plain path must be
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from depthbench.modeling.modeling_hc import StreamSaver, _RecomputedStream
+from depthbench.modeling.stream_memory import StreamSaver, _RecomputedStream
 
 from depthbench.bench.tensor_peak import TensorPeak
 from depthbench.registry import build_config
