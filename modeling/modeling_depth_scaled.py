@@ -5,7 +5,7 @@ Ships to the Hugging Face Hub as remote code (imports only torch, transformers a
 Both architectures share one wiring; they differ only in the exponent a of the branch multiplier
 ``r = (L / L_base)^(-a)`` (a = 1/2 for depth-muP, a = 1 for CompleteP). Each config also describes the learning-rate,
 weight-decay and Adam-epsilon multipliers of its parametrization through :meth:`DepthScaledConfig.optimizer_rules`,
-plain data that ``depthbench.optim.param_groups`` turns into optimizer parameter groups.
+plain data that ``depthbench.training.optim.param_groups`` turns into optimizer parameter groups.
 """
 
 
@@ -128,7 +128,7 @@ class DepthMuPConfig(DepthScaledConfig):
 
     No extra parameters. The branch multiplier and the ``depth-only`` optimizer rule follow the study's reference
     (``DepthScaledTransformerBlock`` and ``pretrain_preln_mup.py``, default L_base = 24); the optimizer rules are
-    exposed by ``optimizer_rules()`` and applied by ``depthbench.optim.param_groups``. ``depth-width`` adds the
+    exposed by ``optimizer_rules()`` and applied by ``depthbench.training.optim.param_groups``. ``depth-width`` adds the
     reference's muP width rules relative to d_base = 1024. Code-only in the study (not in the paper's main table).
     """
 
@@ -150,7 +150,7 @@ class CompletePConfig(DepthScaledConfig):
         block params: lr x m_L^0 = unchanged, Adam eps x m_L^(-1)   (m_L = L / L_base; depth-only rule)
 
     No extra parameters. Multiplier and optimizer rules as in the study's reference (``pretrain_preln_mup.py``,
-    default L_base = 24), exposed by ``optimizer_rules()`` and applied by ``depthbench.optim.param_groups``;
+    default L_base = 24), exposed by ``optimizer_rules()`` and applied by ``depthbench.training.optim.param_groups``;
     ``depth-width`` adds the muP width rules relative to d_base = 1024. Code-only in the study.
     """
 

@@ -409,7 +409,7 @@ class DepthBenchPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     # Every architecture's forward traces without graph breaks (torch.compile(fullgraph=True)) with a static cache,
-    # so `generate` may compile its decoding step (tests/test_contract_hf.py checks this over the registry).
+    # so `generate` may compile its decoding step (tests/modeling/test_contract_hf.py checks this over the registry).
     _can_compile_fullgraph = True
     # `output_attentions=True` collects every attention module's weights (output index 1) through transformers'
     # output recording (`capture_outputs` on the base model's forward), as Llama does.

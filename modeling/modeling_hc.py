@@ -320,7 +320,8 @@ class HCResidual(Residual):
         """:meth:`forward` without autograd in few aten calls (``fast_path.py``): the gates of all n+1 rows and β
         from one GEMM, ``[A | β] = static + c · tanh((H W) / rms(H))`` in one fused multiply-add, then
         ``[u; R; ·] = [A | β]ᵀ H`` in one batched matmul (its last row is unused) and ``H' = R + β · F(N(u))`` in one
-        addcmul. Equal to the differentiable path up to float rounding (``tests/residuals/test_hc_inference_paths.py``).
+        addcmul. Equal to the differentiable path up to float rounding
+        (``tests/modeling/residuals/test_hc_inference_paths.py``).
         """
         n, d = self.num_streams, stream.shape[-1]
         proj, static, gates, eps = derived_weights(

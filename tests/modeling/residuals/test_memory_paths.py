@@ -1,6 +1,6 @@
 """Memory-saving training paths and fast decoding paths of mHC, MoDA and KEEL compute the plain math.
 
-Each architecture keeps less for the backward pass than autograd would on its own (issue 15, peak training memory):
+Each architecture keeps less for the backward pass than autograd would on its own (peak training memory):
 mHC recomputes its Sinkhorn iterations in backward (``modeling/sinkhorn.py``) and does not keep the [N, n+1, d]
 mixing product alive through the branch input (``modeling/modeling_hc.py``); MoDA's depth attention saves the depth
 slots rather than their per-block stacks (``modeling/depth_slots.py``); KEEL's output norm saves its input and

@@ -1,4 +1,4 @@
-"""HC / mHC keep the n-stream input of every k-th sublayer only and rebuild the others in backward (issue 15).
+"""HC / mHC keep the n-stream input of every k-th sublayer only and rebuild the others in backward.
 
 ``hc_keep_stream_every`` / ``mhc_keep_stream_every`` (``stream_saver`` in ``modeling/stream_memory.py``) change what
 autograd keeps for the backward pass, never the math: losses and every parameter gradient must be bitwise those of
