@@ -209,7 +209,7 @@ def run_sft(cfg: SFTConfig, log=print) -> dict[str, Any]:
     """Fine-tune ``cfg.checkpoint`` on ``cfg.data`` and save a checkpoint into ``cfg.output_dir``; returns the
     summary (also written to ``sft_summary.json``)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq, Trainer, TrainingArguments
+    from transformers import AutoModelForCausalLM, DataCollatorForSeq2Seq, Trainer
 
     import depthbench  # noqa: F401  (registers the architectures)
     from depthbench.runs import model_dir
@@ -220,35 +220,16 @@ def run_sft(cfg: SFTConfig, log=print) -> dict[str, Any]:
     if (out / "config.json").exists() and not cfg.overwrite:
         raise SFTError(f"{out} already holds a model; choose another -o or pass --overwrite")
     model_id = model_dir(cfg.checkpoint)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=cfg.trust_remote_code)
-    except (OSError, ValueError, TypeError) as exc:
-        raise SFTError(f"checkpoint {model_id} has no loadable tokenizer ({type(exc).__name__}); save the "
-                       "tokenizer into the folder (tokenizer.save_pretrained)") from exc
-    if tokenizer.eos_token_id is None:
-        raise SFTError(f"the tokenizer of {model_id} has no EOS token; set tokenizer.eos_token and save it again")
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token  # padded positions carry label -100 and attention mask 0
-    rows = load_rows(cfg.data, seed=cfg.shuffle_seed, max_samples=cfg.max_samples)
-    train = tokenize_rows(rows, tokenizer, cfg.max_seq_len)
-    cuda = torch.cuda.is_available() and not cfg.use_cpu
-    bf16 = cfg.bf16 if cfg.bf16 is not None else bool(cuda and torch.cuda.is_bf16_supported())
+    tokenizer = _load_tokenizer(model_id, cfg.trust_remote_code)
+    train = tokenize_rows(load_rows(cfg.data, seed=cfg.shuffle_seed, max_samples=cfg.max_samples), tokenizer,
+                          cfg.max_seq_len)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     model = AutoModelForCausalLM.from_pretrained(model_id, dtype=torch.float32,
                                                  trust_remote_code=cfg.trust_remote_code)
     groups = param_groups(model, lr=cfg.lr, weight_decay=cfg.weight_decay, eps=cfg.eps, betas=tuple(cfg.betas))
-    optimizer = torch.optim.AdamW(groups, lr=cfg.lr)
-    args = TrainingArguments(
-        output_dir=str(out), num_train_epochs=cfg.epochs, max_steps=cfg.max_steps,
-        per_device_train_batch_size=cfg.micro_batch_size, gradient_accumulation_steps=cfg.grad_accum(world),
-        learning_rate=cfg.lr, weight_decay=cfg.weight_decay, adam_beta1=cfg.betas[0], adam_beta2=cfg.betas[1],
-        adam_epsilon=cfg.eps, lr_scheduler_type="linear", warmup_steps=cfg.warmup_ratio, max_grad_norm=cfg.grad_clip,
-        bf16=bf16, use_cpu=not cuda, seed=cfg.seed, logging_steps=cfg.logging_steps, save_strategy="no",
-        report_to=cfg.report_to, dataloader_num_workers=0, remove_unused_columns=False,
-    )
     collator = DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100, padding=True)
-    trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=collator,
-                      optimizers=(optimizer, None))
+    trainer = Trainer(model=model, args=_training_arguments(cfg, out, world), train_dataset=train,
+                      data_collator=collator, optimizers=(torch.optim.AdamW(groups, lr=cfg.lr), None))
     log(f"sft: {model_id} on {cfg.data}: {len(train):,} rows, global batch {cfg.global_batch_size} "
         f"(micro {cfg.micro_batch_size} x GA {cfg.grad_accum(world)} x {world} process(es)), lr {cfg.lr}")
     t0 = time.time()
@@ -270,6 +251,40 @@ def run_sft(cfg: SFTConfig, log=print) -> dict[str, Any]:
     write_sft_card(out, model_id, cfg.data, summary)
     log(f"sft: {summary['steps']} steps in {wall:.1f}s, final loss {summary['final_train_loss']:.4f}; saved to {out}")
     return summary
+
+
+def _load_tokenizer(model_id: str, trust_remote_code: bool):
+    """The checkpoint's tokenizer, with PAD = EOS when it has no PAD token (padded positions carry label -100 and
+    attention mask 0)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, TypeError) as exc:
+        raise SFTError(f"checkpoint {model_id} has no loadable tokenizer ({type(exc).__name__}); save the "
+                       "tokenizer into the folder (tokenizer.save_pretrained)") from exc
+    if tokenizer.eos_token_id is None:
+        raise SFTError(f"the tokenizer of {model_id} has no EOS token; set tokenizer.eos_token and save it again")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _training_arguments(cfg: SFTConfig, out: Path, world: int):
+    """``TrainingArguments`` of the recipe: linear schedule with warmup, clip, bf16 on a bf16 GPU, no saves."""
+    import torch
+    from transformers import TrainingArguments
+
+    cuda = torch.cuda.is_available() and not cfg.use_cpu
+    bf16 = cfg.bf16 if cfg.bf16 is not None else bool(cuda and torch.cuda.is_bf16_supported())
+    return TrainingArguments(
+        output_dir=str(out), num_train_epochs=cfg.epochs, max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.micro_batch_size, gradient_accumulation_steps=cfg.grad_accum(world),
+        learning_rate=cfg.lr, weight_decay=cfg.weight_decay, adam_beta1=cfg.betas[0], adam_beta2=cfg.betas[1],
+        adam_epsilon=cfg.eps, lr_scheduler_type="linear", warmup_steps=cfg.warmup_ratio, max_grad_norm=cfg.grad_clip,
+        bf16=bf16, use_cpu=not cuda, seed=cfg.seed, logging_steps=cfg.logging_steps, save_strategy="no",
+        report_to=cfg.report_to, dataloader_num_workers=0, remove_unused_columns=False,
+    )
 
 
 # ============================================================================================ CLI
