@@ -146,3 +146,10 @@ def test_list_command_table_json_and_errors(capsys):
     assert main(["released", "list", "--arch", "nope"]) == 2
     assert "catalogued architectures" in capsys.readouterr().err
     assert main(["released"]) == 2  # no subcommand: the usage
+
+
+def test_a_malformed_catalogue_file_is_a_clear_error(tmp_path):
+    path = tmp_path / "catalogue.json"
+    path.write_text(json.dumps({"org": "x", "groups": [{"tier": "a"}]}))
+    with pytest.raises(CatalogueError, match="catalogue .*catalogue.json is malformed: KeyError"):
+        Catalogue.load(path)

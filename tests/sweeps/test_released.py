@@ -32,7 +32,7 @@ from depthbench.hub import convert as conv
 from depthbench.hub.released import Catalogue
 from depthbench.registry import build_model
 from depthbench.shapes import get_shape
-from depthbench.sweeps.heldout import TokenizerMismatch
+from depthbench.sweeps.heldout import TokenizerMismatch, check_tokenizer, open_heldout
 from depthbench.sweeps.released import measure
 from depthbench.sweeps.released.measure import Hub, Measurement, Tasks, evaluate_releases
 from depthbench.sweeps.released.selection import select_targets
@@ -301,5 +301,17 @@ def test_command_line_errors_are_clear(world, tmp_path, monkeypatch, capsys):
     assert f"{missing} is not on the Hub" in capsys.readouterr().err
     assert main([*base, "--arch", "preln", "--depth", "2", "-o", str(tmp_path / "c")]) == 0
     assert "Pre-LN" in capsys.readouterr().out
+    assert list((tmp_path / "hub").glob("models--aspect-ratio-scaling--preln-*"))  # HF_HUB_CACHE is honoured
     assert main([*base, "--arch", "preln", "--depth", "2", "--max-tokens", "64", "-o", str(tmp_path / "c")]) == 2
     assert "max_tokens differ" in capsys.readouterr().err
+
+
+def test_tokenizer_check_without_a_release_tokenizer_uses_the_config_ids(world):
+    shards = open_heldout(str(world["root"] / "heldout"), "eval")
+    tok = world["tokenizer"]
+    ids = {"dataset": {"tokenizer": {"vocab_size": len(tok), "eos_token_id": tok.eos_token_id}}}
+    assert check_tokenizer(shards, "r", None, ids)["status"] == "ids-match"
+    assert check_tokenizer(shards, "r", None, {"model": {}})["status"] == "unchecked"
+    wrong = {"dataset": {"tokenizer": {"vocab_size": 50280, "eos_token_id": 50279}}}
+    with pytest.raises(TokenizerMismatch, match="vocab size 300 here, 50280 in the release; EOS id 0 here, 50279"):
+        check_tokenizer(shards, "r", None, wrong)

@@ -4,8 +4,8 @@
     depthbench released eval --arch pre_ln,hc,attnres --size 400M --data data/heldout -o runs/released-400m \\
         [--tasks depthbench_nll] [--step 7600] [--max-tokens N] [--repo NAME ...]
 
-``HF_ENDPOINT`` selects a Hub mirror (read when the command runs); ``HF_HOME`` where downloads and conversions
-are kept (``--cache-dir`` for the conversions).
+``HF_ENDPOINT`` selects a Hub mirror and ``HF_HUB_CACHE`` the download cache (both read when the command runs);
+conversions are kept in ``$HF_HOME/depthbench/converted`` (``--cache-dir`` to change).
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     targets = select_targets(catalogue, **_selection(args), repos=args.repo, step=args.step)
     measurement = Measurement(data=args.data, split=args.split, seq_len=args.seq_len, max_tokens=args.max_tokens,
                               batch_size=args.batch_size, device=args.device, dtype=args.dtype, step=args.step)
-    hub = Hub(endpoint=os.environ.get("HF_ENDPOINT") or None, cache_dir=args.cache_dir,
-              allow_approximate=args.allow_approximate)
+    hub = Hub(endpoint=os.environ.get("HF_ENDPOINT") or None, hub_cache_dir=os.environ.get("HF_HUB_CACHE") or None,
+              cache_dir=args.cache_dir, allow_approximate=args.allow_approximate)
     tasks = Tasks(_names(args.tasks) if args.tasks else [], limit=args.limit, batch_size=args.batch_size,
                   data_dir=args.nll_data_dir, include_path=args.include_path)
     print(f"{len(targets)} release(s) -> {args.output}")

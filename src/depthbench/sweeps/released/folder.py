@@ -51,10 +51,11 @@ def claim_folder(out_dir: str, targets: list[Target], measurement: dict[str, Any
 
 def _notes(m: dict[str, Any]) -> str:
     tokens = "every window" if m.get("max_tokens") is None else f"at most {m['max_tokens']:,} tokens"
+    when = f"step {m['step']}" if m.get("step") is not None else "each release's final step"
     return (f"Each run is a release of the study (arXiv 2609.32534) trained by the study with its own recipe (the "
             f"setup below is the study's), converted with `depthbench.from_released` and re-measured here: "
             f"held-out loss on `{m['data']}` split `{m['split']}` ({tokens}, {m['seq_len'] or 'the model'}-token "
-            f"windows, {m['dtype']}), at " + (f"step {m['step']}." if m.get("step") else "each release's final step."))
+            f"windows, {m['dtype']}), at {when}.")
 
 
 def _unique(values) -> list:

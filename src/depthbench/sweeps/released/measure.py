@@ -210,7 +210,8 @@ def evaluate_releases(targets: list[Target], out_dir: str, m: Measurement, hub: 
             loss = next(iter((summary.get("eval") or {}).values()), float("nan"))
             log(f"[{k}/{len(targets)}] {target.repo}: measured earlier (held-out loss {loss:.4f}), skipped")
         else:
-            log(f"[{k}/{len(targets)}] {target.repo} ({target.shape}, step {target.step or 'latest'})")
+            step = "latest" if target.step is None else target.step
+            log(f"[{k}/{len(targets)}] {target.repo} ({target.shape}, step {step})")
             try:
                 measure_release(target, run_dir, m, hub, shards, tokens_per_step=tokens_per_step, log=log)
             except TokenizerMismatch:

@@ -46,8 +46,8 @@ def select_targets(catalogue: Catalogue, *, archs: list[str] | None = None, size
                              "their learning rate is stated in none of the study's files (`depthbench released "
                              "list` shows the notes); find them on https://huggingface.co/aspect-ratio-scaling and "
                              "pass --repo NAME")
-    targets = [Target(r.repo, r.arch, r.shape, r.grid, r.depth, r.lr, step or r.final_step, seed, r)
-               for r in chosen]
+    targets = [Target(r.repo, r.arch, r.shape, r.grid, r.depth, r.lr,
+                      step if step is not None else r.final_step, seed, r) for r in chosen]
     for repo in repos or []:
         targets.append(_target_from_name(catalogue, repo, step, seed))
     seen: dict[str, Target] = {}
@@ -70,6 +70,6 @@ def _target_from_name(catalogue: Catalogue, repo: str, step: int | None, seed: i
     grid = entry.grid if entry else size.lower() if depth in getattr(GRIDS.get(size.lower()), "depths", ()) else None
     shape = f"{grid}-L{depth}" if grid else f"{size}-L{depth}"
     return Target(repo, arch, shape, grid, depth, settings["lr"],
-                  step or (entry.final_step if entry else None), seed, entry)
+                  step if step is not None else (entry.final_step if entry else None), seed, entry)
 
 
