@@ -72,6 +72,17 @@ PUBLISHED = {
 
 
 # ================================================================================================ fixtures
+@pytest.fixture(autouse=True, scope="module")
+def online_to_the_loopback_hub():
+    """Other test modules set ``HF_HUB_OFFLINE=1`` when they are imported (huggingface_hub reads it once, at its own
+    import, so it depends on the collection order); these tests reach only the loopback Hub on 127.0.0.1."""
+    from huggingface_hub import constants
+
+    offline, constants.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE, False
+    yield
+    constants.HF_HUB_OFFLINE = offline
+
+
 def olmo_config(arch: str, fields: dict, tokenizer) -> dict:
     """An experiment config.json as the study's trainer saves it (model section + dataset.tokenizer)."""
     block = {"name": {"pre_ln": "default", "attnres": "attnres"}[arch],

@@ -9,7 +9,7 @@ from typing import Any
 
 from depthbench import atomic, runs
 from depthbench.errors import Failed
-from depthbench.hub.released import CatalogueError
+from depthbench.hub.released import CatalogueError, load_published, published_loss
 from depthbench.sweeps.released.selection import Target
 
 
@@ -199,6 +199,7 @@ def evaluate_releases(targets: list[Target], out_dir: str, m: Measurement, hub: 
 
     tasks = tasks or Tasks([])
     tasks.check()
+    figures = load_published() if published is None else published
     shards = open_heldout(m.data, m.split)
     claim_folder(out_dir, targets, m.record(shards.meta.get("content_hash")), m.data, batch)
     tokens_per_step = batch["sequences"] * batch["seq_len"] if batch else None
@@ -213,7 +214,11 @@ def evaluate_releases(targets: list[Target], out_dir: str, m: Measurement, hub: 
             step = "latest" if target.step is None else target.step
             log(f"[{k}/{len(targets)}] {target.repo} ({target.shape}, step {step})")
             try:
-                measure_release(target, run_dir, m, hub, shards, tokens_per_step=tokens_per_step, log=log)
+                summary = measure_release(target, run_dir, m, hub, shards, tokens_per_step=tokens_per_step, log=log)
+                theirs = published_loss(figures, target.arch, target.grid, target.depth)
+                if theirs is not None:
+                    log(f"  the study's published figure: {theirs:.3f} (difference "
+                        f"{summary['heldout']['loss'] - theirs:+.4f})")
             except TokenizerMismatch:
                 raise
             except (ValueError, OSError, Failed) as exc:
