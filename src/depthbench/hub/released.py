@@ -62,11 +62,12 @@ class Release:
         return f"{self.grid}-L{self.depth}"
 
     def shape_info(self) -> dict[str, Any]:
-        """``{d, L, d_over_L, params_total}`` from the study's design rule (``depthbench.shapes``)."""
+        """``{d, L, d_over_L, params_total}`` from the study's design rule (``depthbench.shapes``; the count is the
+        architecture's own, its extra parameters included)."""
         from depthbench.shapes import get_grid
 
         shape = get_grid(self.grid).shape(self.depth)
-        counts = shape.parameter_counts()
+        counts = shape.parameter_counts(self.arch)
         return {"d": shape.hidden_size, "L": shape.num_layers, "d_over_L": round(shape.aspect_ratio, 2),
                 "params_total": counts["total"]}
 
