@@ -79,7 +79,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "training": {"core", "data", "hub"},  # checkpoints and exports write model cards (depthbench.hub.cards)
     "bench": {"core", "training"},  # the compiled path of the trainer
     "analysis": {"core", "data", "bench"},  # the efficiency metric times blocks with the benchmark's clock
-    "sweeps": {"core", "data", "training", "evaluation", "analysis"},
+    "sweeps": {"core", "data", "training", "evaluation", "analysis", "hub"},  # released eval: catalogue, conversion
     "cli": {"core"},
     "root": {"core", "hub"},  # depthbench.from_released
 }

@@ -9,7 +9,7 @@ A sweep folder (``depthbench sweep --out SWEEP``)::
     sweep.json                the definition (``depthbench.sweeps.spec.SweepSpec``) and its fingerprint
     runs/<run id>/            one run folder per point, named by :func:`run_id`
     report.md                 assembled from sections (:func:`write_report_section`)
-    sections/<name>.md        the report's sections: results, evaluation, analysis (:data:`REPORT_SECTIONS`)
+    sections/<name>.md        the report's sections: results, published, evaluation, analysis (:data:`REPORT_SECTIONS`)
 
 Everything here reads and writes plain files; nothing imports torch.
 """
@@ -30,9 +30,10 @@ SWEEP_DEFINITION = "sweep.json"
 RUNS = "runs"
 REPORT = "report.md"
 SECTIONS = "sections"
-REPORT_SECTIONS = ("results", "evaluation", "analysis")
-"""The sections of a sweep's ``report.md``, in order: the sweep's results (``depthbench report``), the downstream
-evaluation (``depthbench eval``) and the layer analyses (``depthbench analyze``)."""
+REPORT_SECTIONS = ("results", "published", "evaluation", "analysis")
+"""The sections of a sweep's ``report.md``, in order: the sweep's results (``depthbench report``), the study's
+published figures beside them (folders of ``depthbench released eval`` only), the downstream evaluation
+(``depthbench eval``) and the layer analyses (``depthbench analyze``)."""
 
 #: Summary statuses after which a run is never trained again (``diverged``: the LR is too high, a valid result).
 DONE_STATUSES = ("finished", "diverged")

@@ -67,6 +67,10 @@ def write_report(out_dir: str, *, log: Callable[..., None] = print, plot: bool =
     paths.update({f"eval:{k}": v for k, v in write_sweep_eval_report(out_dir, log=lambda *a: None).items()
                   if k != "report"})
     paths["report"] = runs.write_report_section(out_dir, "results", text)
+    if runs.sweep_definition(out_dir).get("kind") == "released":  # releases of the study: its figures beside them
+        from depthbench.sweeps.released.compare import write_published_section
+
+        paths["report"] = write_published_section(out_dir)
     log("wrote " + ", ".join(paths.values()))
     return paths
 
@@ -78,8 +82,8 @@ def render_report(rows: list[dict[str, Any]], metrics: list[str], plot_name: str
     lines = [f"# Aspect-ratio sweep{': ' + spec['name'] if spec.get('name') else ''}", ""]
     n_done = sum(r["status"] == "finished" for r in rows)
     n_div = sum(r["status"] == "diverged" for r in rows)
-    n_planned = len(spec.get("archs", [])) * len(spec.get("shapes", [])) * len(spec.get("lrs", [])) * len(
-        spec.get("seeds", [])) or len(rows)
+    n_planned = spec.get("planned") or len(spec.get("archs", [])) * len(spec.get("shapes", [])) * len(
+        spec.get("lrs", [])) * len(spec.get("seeds", [])) or len(rows)
     lines += [f"{n_done} of {n_planned} runs finished" + (f", {n_div} diverged" if n_div else "")
               + (f", {n_planned - len(rows)} not started" if n_planned > len(rows) else "") + ". "
               "Each (architecture, shape) is shown at its best learning rate (lowest mean held-out loss over seeds, "

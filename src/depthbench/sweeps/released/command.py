@@ -1,0 +1,121 @@
+"""``depthbench released``: the study's released checkpoints, listed and re-measured.
+
+    depthbench released list [--arch hc,attnres] [--size 400M] [--depth 16,32] [--tier 400M-deep] [--json]
+    depthbench released eval --arch pre_ln,hc,attnres --size 400M --data data/heldout -o runs/released-400m \\
+        [--tasks depthbench_nll] [--step 7600] [--max-tokens N] [--repo NAME ...]
+
+``HF_ENDPOINT`` selects a Hub mirror and ``HF_HUB_CACHE`` the download cache (both read when the command runs);
+conversions are kept in ``$HF_HOME/depthbench/converted`` (``--cache-dir`` to change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+
+def _names(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _depths(text: str) -> list[int]:
+    try:
+        return [int(t) for t in _names(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--depth takes layer counts separated by commas, e.g. 16,32; got {text!r}"
+                                         ) from None
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def _selection(args: argparse.Namespace) -> dict:
+    return {"archs": args.arch, "sizes": args.size, "depths": args.depth, "tiers": args.tier}
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from depthbench.hub.released import Catalogue, format_listing
+
+    releases = Catalogue.load(args.catalogue).select(**_selection(args))
+    print(json.dumps([r.record() for r in releases], indent=1) if args.json else format_listing(releases))
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from depthbench.hub.released import Catalogue
+    from depthbench.sweeps.released.measure import Hub, Measurement, Tasks, evaluate_releases
+    from depthbench.sweeps.released.selection import select_targets
+
+    catalogue = Catalogue.load(args.catalogue)
+    if args.repo is None and not any(_selection(args).values()):
+        raise ValueError("choose the releases: --arch / --size / --depth / --tier (see `depthbench released list`) "
+                         "or --repo NAME")
+    targets = select_targets(catalogue, **_selection(args), repos=args.repo, step=args.step)
+    measurement = Measurement(data=args.data, split=args.split, seq_len=args.seq_len, max_tokens=args.max_tokens,
+                              batch_size=args.batch_size, device=args.device, dtype=args.dtype, step=args.step)
+    hub = Hub(endpoint=os.environ.get("HF_ENDPOINT") or None, hub_cache_dir=os.environ.get("HF_HUB_CACHE") or None,
+              cache_dir=args.cache_dir, allow_approximate=args.allow_approximate)
+    tasks = Tasks(_names(args.tasks) if args.tasks else [], limit=args.limit, batch_size=args.batch_size,
+                  data_dir=args.nll_data_dir, include_path=args.include_path)
+    print(f"{len(targets)} release(s) -> {args.output}")
+    paths = evaluate_releases(targets, args.output, measurement, hub, tasks,
+                              batch=catalogue.facts.get("batch"))
+    print()
+    for name, path in paths.items():
+        print(f"{name}: {path}")
+    return 0
+
+
+def _add_selection(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--arch", type=_names, help="architectures, comma separated (registry ids or the names' "
+                                               "spellings: pre_ln or preln, attnres, block_attnres, ...)")
+    p.add_argument("--size", type=_names, help="budget labels of the names, comma separated: 400M, 1.6B, 200M, ...")
+    p.add_argument("--depth", type=_depths, help="layer counts, comma separated, e.g. 16,32")
+    p.add_argument("--tier", type=_names, help="the study's tiers: 400M, 400M-deep, 1.6B, 300M-backbone, 200M, ...")
+    p.add_argument("--catalogue", help="a catalogue file of your own (the packaged one's format) instead")
+
+
+def register_cli(subparsers) -> None:
+    """Add ``depthbench released`` (``list``, ``eval``)."""
+    p = subparsers.add_parser("released", help="the study's released checkpoints: list them, re-measure them",
+                              description="The aspect-ratio-scaling repositories of the study (arXiv 2609.32534): "
+                                          "`list` prints the catalogue, `eval` converts and re-measures a selection.")
+    sub = p.add_subparsers(dest="released_command", metavar="<list|eval>")
+    ls = sub.add_parser("list", help="the catalogue of released repositories",
+                        description="Every released repository as the study names it, with its architecture, shape "
+                                    "(d, L, d/L), peak LR, final step and where each fact was read.")
+    _add_selection(ls)
+    ls.add_argument("--json", action="store_true", help="print the entries as JSON (with their sources and notes)")
+    ls.set_defaults(func=_cmd_list)
+    ev = sub.add_parser("eval", help="convert releases and re-measure their held-out loss (and lm-eval tasks)",
+                        description="Convert each selected release once (depthbench.from_released, cached), measure "
+                                    "its held-out loss on --data (prepared with the release's tokenizer) and the "
+                                    "--tasks, and write results.csv, the loss-vs-aspect-ratio plot and report.md "
+                                    "as a sweep does, with the study's published figures beside. Resumable.")
+    _add_selection(ev)
+    ev.add_argument("--repo", action="append", help="a release repository by name (repeatable), e.g. one whose "
+                                                    "name the catalogue does not know")
+    ev.add_argument("--data", required=True, help="held-out token-shard folder (depthbench prepare-data)")
+    ev.add_argument("--split", default="eval", help="split of --data to measure (default eval)")
+    ev.add_argument("-o", "--output", required=True, help="output folder (a sweep-like folder; rerun to resume)")
+    ev.add_argument("--step", type=int, help="checkpoint step (default: the catalogue's final step, else the latest)")
+    ev.add_argument("--max-tokens", type=_positive, help="measure at most this many tokens (default: the whole split)")
+    ev.add_argument("--seq-len", type=_positive, help="window length (default: the model's context length)")
+    ev.add_argument("--batch-size", type=_positive, default=8, help="windows per forward, and lm-eval's batch size")
+    ev.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda when available)")
+    ev.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                    help="weights dtype (auto: bfloat16 on a bf16 GPU, else float32)")
+    ev.add_argument("--tasks", help="lm-eval tasks/groups after the loss, e.g. depthbench_nll (default: none)")
+    ev.add_argument("--limit", type=float, help="lm-eval documents per task")
+    ev.add_argument("--nll-data-dir", help="local copies of the depthbench_nll datasets (depthbench eval --data-dir)")
+    ev.add_argument("--include-path", help="lm-eval task folder (default: the repository's eval_tasks/)")
+    ev.add_argument("--cache-dir", help="where conversions are kept (default $HF_HOME/depthbench/converted)")
+    ev.add_argument("--allow-approximate", action="store_true",
+                    help="convert releases that are exact only up to a documented difference (see depthbench convert)")
+    ev.set_defaults(func=_cmd_eval)
+    p.set_defaults(func=lambda args: p.print_help() or 2)

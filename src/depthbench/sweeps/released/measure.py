@@ -1,0 +1,243 @@
+"""One release measured: the tokenizer check, the conversion, the held-out loss and the lm-eval tasks; and all of
+a selection, resumably, with the folder's report."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from depthbench import atomic, runs
+from depthbench.errors import Failed
+from depthbench.hub.released import CatalogueError, load_published, published_loss
+from depthbench.sweeps.released.selection import Target
+
+
+class ReleasesFailed(Failed):
+    """Some releases could not be measured (the message names each and why; the others are saved)."""
+
+
+# ================================================================================================ one release
+@dataclass
+class Measurement:
+    """How every release of a folder is measured (recorded in ``sweep.json``: one folder, one setting)."""
+
+    data: str
+    split: str = "eval"
+    seq_len: int | None = None
+    max_tokens: int | None = None
+    batch_size: int = 8
+    device: str | None = None
+    dtype: str = "auto"
+    step: int | None = None
+
+    def resolved_dtype(self) -> str:
+        import torch
+
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if self.device_name().startswith("cuda") and torch.cuda.is_bf16_supported() else "float32"
+
+    def device_name(self) -> str:
+        import torch
+
+        return self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+    def record(self, content_hash: str | None) -> dict[str, Any]:
+        return {"data": os.path.abspath(self.data), "content_hash": content_hash, "split": self.split,
+                "seq_len": self.seq_len, "max_tokens": self.max_tokens, "dtype": self.resolved_dtype(),
+                "step": self.step}
+
+
+@dataclass
+class Hub:
+    """Where releases come from and where their conversions are kept (``None``: huggingface_hub's defaults)."""
+
+    endpoint: str | None = None
+    hub_cache_dir: str | None = None
+    cache_dir: str | None = None
+    allow_approximate: bool = False
+
+
+def fetch_release_meta(target: Target, hub: Hub) -> tuple[str, int]:
+    """Download only the release's ``tokenizer/`` and ``step<N>/config.json`` (for the tokenizer check before
+    any weights); returns ``(local snapshot, step)``. The step is the target's, or the newest the repository has."""
+    import re
+
+    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    try:
+        files = HfApi(endpoint=hub.endpoint).list_repo_files(target.repo)
+    except RepositoryNotFoundError:
+        raise CatalogueError(f"{target.repo} is not on the Hub ({hub.endpoint or 'huggingface.co'}); the name comes "
+                             f"from the catalogue ({_lr_source(target)}): look it up on "
+                             "https://huggingface.co/aspect-ratio-scaling and pass --repo NAME") from None
+    steps = sorted({int(m[1]) for f in files if (m := re.match(r"^step(\d+)/", f))})
+    step = target.step if target.step is not None else (steps[-1] if steps else None)
+    if step is None or step not in steps:
+        raise CatalogueError(f"{target.repo} has no step{step}/ folder; its steps: "
+                             f"{', '.join(map(str, steps)) or 'none (a checkpoint at the repository root)'}")
+    local = snapshot_download(target.repo, allow_patterns=["tokenizer/*", f"step{step}/config.json"],
+                              endpoint=hub.endpoint, cache_dir=hub.hub_cache_dir)
+    return local, step
+
+
+def _lr_source(target: Target) -> str:
+    return target.release.sources.get("lr", "") if target.release else "the name you passed"
+
+
+def _convert(target: Target, step: int, dtype: str, hub: Hub):
+    """The release as a depthbench model, converted once into the cache of ``depthbench.from_released``."""
+    import torch
+
+    from depthbench.hub.convert import from_released
+
+    return from_released(target.repo, step=step, cache_dir=hub.cache_dir, allow_approximate=hub.allow_approximate,
+                         endpoint=hub.endpoint, hub_cache_dir=hub.hub_cache_dir, dtype=getattr(torch, dtype))
+
+
+def _shape_check(target: Target, config) -> str | None:
+    """A warning when the release's shape is not the catalogue's (``None`` when it is, or nothing is catalogued)."""
+    if target.grid is None:
+        return None
+    from depthbench.shapes import get_grid
+
+    shape = get_grid(target.grid).shape(target.depth)
+    got = (config.hidden_size, config.num_hidden_layers)
+    if got != (shape.hidden_size, shape.num_layers):
+        return (f"the release holds d={got[0]}, L={got[1]}, the catalogue's {target.shape} is d={shape.hidden_size}, "
+                f"L={shape.num_layers}: results use the release's own shape")
+    return None
+
+
+def measure_release(target: Target, run_dir: str, m: Measurement, hub: Hub, shards, *,
+                    tokens_per_step: int | None, log) -> dict[str, Any]:
+    """Check the tokenizer, convert, link ``final/``, measure the held-out loss; returns the new summary."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from depthbench.sweeps.heldout import check_tokenizer, heldout_loss
+    from depthbench.sweeps.released.folder import link_model, write_run_config, write_summary
+
+    local, step = fetch_release_meta(target, hub)
+    check = check_tokenizer(shards, target.repo, os.path.join(local, "tokenizer"),
+                            atomic.read_json(os.path.join(local, f"step{step}", "config.json")))
+    log(f"  tokenizer {check['status']}: {check['detail']}")
+    dtype, device = m.resolved_dtype(), m.device_name()
+    log(f"  converting step{step} (download + conversion once; cached by depthbench.from_released)")
+    model = _convert(target, step, dtype, hub).to(device)
+    os.makedirs(run_dir, exist_ok=True)
+    link_model(model.name_or_path, os.path.join(run_dir, runs.FINAL))
+    config = model.config
+    counts = config.parameter_counts() if hasattr(config, "parameter_counts") else {
+        "total": sum(p.numel() for p in model.parameters())}
+    conversion = atomic.read_json(os.path.join(model.name_or_path, "depthbench_conversion.json"))
+    write_run_config(run_dir, target, step, config.to_dict(), counts, conversion)
+    warning = _shape_check(target, config)
+    if warning:
+        log(f"  warning: {warning}")
+    seq_len = m.seq_len or int(config.max_position_embeddings)
+    with tqdm(desc=f"  held-out loss ({seq_len}-token windows)", unit="window", dynamic_ncols=True) as bar:
+        def progress(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+        result = heldout_loss(model, shards, seq_len, max_tokens=m.max_tokens, batch_size=m.batch_size,
+                              progress=progress)
+    extra = {"data": os.path.abspath(shards.data_dir), "split": shards.split,
+             "content_hash": shards.meta.get("content_hash"), "dtype": dtype, "device": device,
+             "tokenizer": check, **({"shape_warning": warning} if warning else {})}
+    summary = write_summary(run_dir, target, step, shards.split, result, extra, tokens_per_step)
+    del model
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    log(f"  held-out loss {result['loss']:.4f} over {result['tokens']:,} tokens ({result['seconds']:.0f}s)")
+    return summary
+
+
+@dataclass
+class Tasks:
+    """The lm-eval tasks to run on every release after its held-out loss (``names`` empty: none)."""
+
+    names: list[str]
+    limit: float | None = None
+    batch_size: int | str = 8
+    data_dir: str | None = None
+    include_path: str | None = None
+
+    def check(self) -> None:
+        """Refuse unknown task names before anything is downloaded."""
+        if self.names:
+            from depthbench.evaluation.harness import task_manager
+
+            task_manager(self.names, {}, self.include_path)
+
+    def run(self, run_dir: str, m: Measurement, log) -> None:
+        from depthbench.evaluation.harness import evaluate_checkpoint
+
+        evaluate_checkpoint(run_dir, self.names, limit=self.limit, batch_size=self.batch_size,
+                            device=m.device_name(), dtype=m.resolved_dtype(), data_dir=self.data_dir,
+                            include_path=self.include_path, log=log)
+
+
+def evaluate_releases(targets: list[Target], out_dir: str, m: Measurement, hub: Hub, tasks: Tasks | None = None,
+                      *, batch: dict[str, Any] | None = None, published: dict[str, Any] | None = None,
+                      log=print) -> dict[str, str]:
+    """Measure every target into ``out_dir`` (finished ones are skipped), then write the folder's results,
+    plot and report with the study's published figures beside the re-measured ones; returns the paths written.
+    ``batch`` (the catalogue's ``{"sequences", "seq_len"}``) gives each release's training tokens (step x batch).
+
+    Raises :class:`~depthbench.sweeps.heldout.TokenizerMismatch` at once (nothing of the weights downloaded), and
+    :class:`ReleasesFailed` at the end when some releases could not be measured (the others are saved).
+    """
+    from depthbench.evaluation.harness import EvalError
+    from depthbench.sweeps.heldout import TokenizerMismatch, open_heldout
+    from depthbench.sweeps.released.compare import print_comparison, write_published_section
+    from depthbench.sweeps.released.folder import claim_folder
+    from depthbench.sweeps.report import write_report
+
+    tasks = tasks or Tasks([])
+    tasks.check()
+    figures = load_published() if published is None else published
+    shards = open_heldout(m.data, m.split)
+    claim_folder(out_dir, targets, m.record(shards.meta.get("content_hash")), m.data, batch)
+    tokens_per_step = batch["sequences"] * batch["seq_len"] if batch else None
+    failures: list[str] = []
+    for k, target in enumerate(targets, 1):
+        run_dir = os.path.join(out_dir, runs.RUNS, str(target.run_id))
+        summary = runs.read_summary(run_dir)
+        if summary and summary.get("status") == "finished" and runs.final_dir(run_dir):
+            loss = next(iter((summary.get("eval") or {}).values()), float("nan"))
+            log(f"[{k}/{len(targets)}] {target.repo}: measured earlier (held-out loss {loss:.4f}), skipped")
+        else:
+            step = "latest" if target.step is None else target.step
+            log(f"[{k}/{len(targets)}] {target.repo} ({target.shape}, step {step})")
+            try:
+                summary = measure_release(target, run_dir, m, hub, shards, tokens_per_step=tokens_per_step, log=log)
+                theirs = published_loss(figures, target.arch, target.grid, target.depth)
+                if theirs is not None:
+                    log(f"  the study's published figure: {theirs:.3f} (difference "
+                        f"{summary['heldout']['loss'] - theirs:+.4f})")
+            except TokenizerMismatch:
+                raise
+            except (ValueError, OSError, Failed) as exc:
+                failures.append(f"{target.repo}: {exc}")
+                log(f"  failed: {exc}")
+                continue
+        if tasks.names:
+            try:
+                tasks.run(run_dir, m, log)
+            except EvalError as exc:
+                failures.append(f"{target.repo} (lm-eval): {exc}")
+        write_report(out_dir, log=lambda *_: None, plot=False)  # partial results stay visible
+    if not runs.sweep_runs(out_dir, finished=True):
+        raise ReleasesFailed("no release could be measured: " + "; ".join(failures))
+    paths = write_report(out_dir, log=lambda *_: None)  # with the published figures (a released folder)
+    if published is not None:
+        paths["report"] = write_published_section(out_dir, published)
+    print_comparison(out_dir, published, log=log)
+    if failures:
+        raise ReleasesFailed(f"{len(failures)} of {len(targets)} release(s) failed (the others are saved in "
+                             f"{out_dir}): " + "; ".join(failures))
+    return paths

@@ -1,0 +1,75 @@
+"""Which releases ``depthbench released eval`` measures: the catalogue's selection plus repositories named
+explicitly (``--repo``), each with its run id in the output folder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from depthbench import runs
+from depthbench.hub.released import Catalogue, CatalogueError, Release
+
+
+@dataclass(frozen=True)
+class Target:
+    """One release to measure: its repository, what the catalogue (or its name) says about it, and the step."""
+
+    repo: str
+    arch: str
+    shape: str
+    grid: str | None
+    depth: int
+    lr: float
+    step: int | None
+    seed: int
+    release: Release | None = None
+
+    @property
+    def run_id(self) -> runs.RunId:
+        return runs.RunId(self.arch, self.shape, self.lr, self.seed)
+
+
+# ================================================================================================ selection
+def select_targets(catalogue: Catalogue, *, archs: list[str] | None = None, sizes: list[str] | None = None,
+                   depths: list[int] | None = None, tiers: list[str] | None = None, repos: list[str] | None = None,
+                   step: int | None = None) -> list[Target]:
+    """The releases to measure: the catalogue's selection (any filter given, or none and no ``repos``) plus the
+    repositories named in ``repos``. Raises :class:`CatalogueError` for a selected release whose repository name
+    is not known (its LR is stated nowhere: pass it with ``repos``)."""
+    seed = int(catalogue.facts.get("seed", 0))
+    chosen = []
+    if repos is None or any(v is not None for v in (archs, sizes, depths, tiers)):
+        chosen = catalogue.select(archs=archs, sizes=sizes, depths=depths, tiers=tiers)
+    unknown = [r for r in chosen if r.repo is None]
+    if unknown:
+        names = ", ".join(f"{r.arch} {r.tier} L{r.depth}" for r in unknown[:6]) + (" ..." if len(unknown) > 6 else "")
+        raise CatalogueError(f"the repository names of {len(unknown)} selected release(s) are not known ({names}): "
+                             "their learning rate is stated in none of the study's files (`depthbench released "
+                             "list` shows the notes); find them on https://huggingface.co/aspect-ratio-scaling and "
+                             "pass --repo NAME")
+    targets = [Target(r.repo, r.arch, r.shape, r.grid, r.depth, r.lr,
+                      step if step is not None else r.final_step, seed, r) for r in chosen]
+    for repo in repos or []:
+        targets.append(_target_from_name(catalogue, repo, step, seed))
+    seen: dict[str, Target] = {}
+    for t in targets:
+        seen.setdefault(t.repo, t)
+    return list(seen.values())
+
+
+def _target_from_name(catalogue: Catalogue, repo: str, step: int | None, seed: int) -> Target:
+    from depthbench.hub.names import ORG, parse_repo_name
+    from depthbench.shapes import GRIDS
+
+    repo = repo if "/" in repo else f"{ORG}/{repo}"
+    try:
+        settings = parse_repo_name(repo)
+    except ValueError as exc:
+        raise CatalogueError(f"--repo {repo}: {exc}") from None
+    arch, depth, size = settings["arch"], settings["depth"], settings["budget"]
+    entry = catalogue.find(arch, size, depth)
+    grid = entry.grid if entry else size.lower() if depth in getattr(GRIDS.get(size.lower()), "depths", ()) else None
+    shape = f"{grid}-L{depth}" if grid else f"{size}-L{depth}"
+    return Target(repo, arch, shape, grid, depth, settings["lr"],
+                  step if step is not None else (entry.final_step if entry else None), seed, entry)
+
+
