@@ -9,8 +9,9 @@ Per token (fp64, then averaged over tokens):
   reports 1.44-1.65 for mHC vs 2.53-2.81 for HC);
 * ``cumulative_erank``: the same for ``T_k ... T_0`` after every sublayer; ``sublayer_erank`` for each ``T_k``;
 * ``spectrum``: mean singular values of P;
-* ``direction_overlap``: ``|<v_1(P), 1/sqrt(n)>|``, how much the dominant transported direction is the stream
-  average (defined here; the study's figure has no code);
+* ``direction_overlap``: ``|<v_1(P), 1/sqrt(n)>|`` with ``v_1(P)`` the top right singular vector of P (the input
+  direction P amplifies most): 1 when it is the stream average, 0 when it is orthogonal to it (defined here; the
+  study's figure has no code in its repository);
 * ``path_weights[j, i] = pre_j^T T_{j-1} ... T_{i+1} post_i``: how strongly sublayer j reads sublayer i's output
   (Pre-LN: all ones).
 Architectures other than hyper-connections are refused.
@@ -30,6 +31,12 @@ METRIC_ID = "hc_transport"
 def erank(s: torch.Tensor) -> torch.Tensor:
     p = s.square() / s.square().sum(-1, keepdim=True).clamp_min(1e-300)
     return torch.exp(-(p * torch.log(p.clamp_min(1e-300))).sum(-1))
+
+
+def direction_overlap(v: torch.Tensor) -> torch.Tensor:
+    """``|<v, 1/sqrt(n)>|`` per unit vector ``v`` [..., n]: 1 when v is the stream average direction, 0 when it is
+    orthogonal to it (the absolute value because a singular vector's sign is arbitrary)."""
+    return v.sum(-1).abs() / v.shape[-1] ** 0.5
 
 
 def run(ctx: AnalysisContext) -> MetricResult:
@@ -60,7 +67,7 @@ def run(ctx: AnalysisContext) -> MetricResult:
                 cum.append(erank(torch.linalg.svdvals(prod)).sum().item())
             s = torch.linalg.svdvals(prod)
             _, _, vh = torch.linalg.svd(prod)
-            overlap = (vh[:, 0, :].abs().sum(-1) / n**0.5).sum().item()
+            overlap = direction_overlap(vh[:, 0, :]).sum().item()
             path = np.full((k, k), np.nan)
             for i in range(k):
                 v = maps[i][2]
