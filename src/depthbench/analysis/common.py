@@ -58,22 +58,27 @@ class AnalysisContext:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def batches(self) -> Iterator[torch.Tensor]:
-        for ids in micro_batches(self.windows, self.micro_batch_size):
+    def batches(self, windows: np.ndarray | None = None) -> Iterator[torch.Tensor]:
+        """Micro-batches of ``windows`` (default: all the context's windows) on the model's device."""
+        for ids in micro_batches(self.windows if windows is None else windows, self.micro_batch_size):
             yield ids.to(self.device)
 
-    def bar(self, iterable, desc: str, total: int | None = None):
+    def bar(self, iterable, desc: str, total: int | None = None, **kwargs):
         from tqdm.auto import tqdm
 
-        return tqdm(iterable, desc=desc, total=total, disable=not self.progress, leave=False)
+        return tqdm(iterable, desc=desc, total=total, disable=not self.progress, leave=False, **kwargs)
+
+    def count_batches(self, windows: np.ndarray | None = None) -> int:
+        return -(-len(self.windows if windows is None else windows) // self.micro_batch_size)
 
     @property
     def num_batches(self) -> int:
-        return -(-len(self.windows) // self.micro_batch_size)
+        return self.count_batches()
 
-    def traces(self, desc: str = "forward") -> Iterator[Trace]:
-        """Traces of the unmodified model per micro-batch (recomputed per metric: memory stays one batch)."""
-        for ids in self.bar(self.batches(), desc, self.num_batches):
+    def traces(self, desc: str = "forward", windows: np.ndarray | None = None) -> Iterator[Trace]:
+        """Traces of the unmodified model per micro-batch of ``windows`` (default all; recomputed per metric:
+        memory stays one batch)."""
+        for ids in self.bar(self.batches(windows), desc, self.count_batches(windows)):
             with torch.no_grad(), self.autocast():
                 yield self.adapter.trace(ids)
 
