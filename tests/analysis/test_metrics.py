@@ -360,3 +360,12 @@ def test_hc_transport_direction_orthogonal_to_the_mean_scores_zero():
     r = run(model, "hc_transport")
     assert r.values["spectrum"][0] == pytest.approx(3.0 ** (2 * SHAPE["num_hidden_layers"]), rel=1e-9)
     assert r.values["direction_overlap"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_windows_past_the_model_positions_are_refused():
+    long = np.random.default_rng(2).integers(0, 96, size=(2, SHAPE["max_position_embeddings"] + 1))
+    with pytest.raises(ValueError, match=r"65 tokens .* max_position_embeddings=64 .* --seq-len to 64"):
+        analyze(build("pre_ln"), long, ["angular"], progress=False)
+    with pytest.raises(ValueError, match=r"--anchor-layer 4 out of range: the model has blocks 0..3"):
+        analyze(build("pre_ln"), WINDOWS, ["angular", "permutation"], progress=False,
+                options={"permutation": {"anchors": [4]}})

@@ -28,6 +28,21 @@ def late_start(num_layers: int) -> int:
     return int(num_layers * LATE_START_FRACTION)
 
 
+class NotApplicable(ValueError):
+    """The metric does not exist for this model (depth-mixing weights of a Pre-LN model, the Jacobian of a structured
+    stream): ``depthbench analyze`` reports it and goes on with the other metrics (an error when no metric applies);
+    bad options are plain ``ValueError`` and stop the command before anything is computed."""
+
+
+def check_positions(model, seq_len: int) -> None:
+    """ValueError when windows of ``seq_len`` tokens are longer than the model's ``max_position_embeddings``."""
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if isinstance(limit, int) and seq_len > limit:
+        raise ValueError(f"windows of {seq_len} tokens are longer than the model's max_position_embeddings={limit} "
+                         f"(positions {limit}..{seq_len - 1} were never configured for it): lower --seq-len to "
+                         f"{limit} or less")
+
+
 @dataclass
 class AnalysisContext:
     """Model + windows + execution settings shared by the metrics of one ``analyze`` call."""
@@ -44,6 +59,7 @@ class AnalysisContext:
     options: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        check_positions(self.model, int(np.shape(self.windows)[1]))
         self.adapter = ModelAdapter(self.model)
         self.model.eval()
         self._traces: list[Trace] | None = None

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .common import AnalysisContext, MetricResult
+from .common import AnalysisContext, MetricResult, NotApplicable
 from .hooks import sublayer_streams
 
 METRIC_ID = "hc_transport"
@@ -39,11 +39,16 @@ def direction_overlap(v: torch.Tensor) -> torch.Tensor:
     return v.sum(-1).abs() / v.shape[-1] ** 0.5
 
 
+def check(ctx: AnalysisContext, **_) -> None:
+    a = ctx.adapter
+    if not a.native or not hasattr(a.wiring, "stream_maps"):
+        raise NotApplicable(f"residual transport exists only for hyper-connection models, not {a.name}")
+
+
 def run(ctx: AnalysisContext) -> MetricResult:
+    check(ctx)
     a = ctx.adapter
     wiring = a.wiring
-    if not a.native or not hasattr(wiring, "stream_maps"):
-        raise ValueError(f"residual transport exists only for hyper-connection models, not {a.name}")
     acc: dict[str, object] = {}
     count = 0
     for ids in ctx.bar(ctx.batches(), "hc transport", ctx.num_batches):

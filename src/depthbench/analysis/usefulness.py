@@ -158,11 +158,12 @@ def check_fit(ctx: AnalysisContext) -> int:
             f"{unknowns - 1} plus a bias) on every other window and scores it on the others: it needs at least "
             f"{unknowns} tokens to fit, the {len(ctx.windows)} windows of {seq} tokens give {fit.size}; pass "
             f"--num-samples {need} or more at --seq-len {seq} (or leave usefulness out of --metrics)")
-    if fit.size < 2 * unknowns:
-        warnings.warn(f"usefulness: {fit.size} fitting tokens for {unknowns} unknowns; the held-out loss increase "
-                      "includes the error of a barely determined fit (several times more tokens are better)",
-                      stacklevel=2)
     return unknowns
+
+
+def check(ctx: AnalysisContext, **_) -> None:
+    """ValueError when the windows are too few for the fit (before anything is computed)."""
+    check_fit(ctx)
 
 
 def fit_maps(ctx: AnalysisContext, windows: np.ndarray) -> tuple[list[torch.Tensor], bool]:
@@ -207,6 +208,10 @@ def run(ctx: AnalysisContext, significant_ratio: float = SIGNIFICANT_RATIO) -> M
     L = ctx.adapter.num_layers
     unknowns = check_fit(ctx)
     fit, score = split_windows(ctx.windows)
+    if fit.size < 2 * unknowns:
+        warnings.warn(f"usefulness: {fit.size} fitting tokens for {unknowns} unknowns; the held-out loss increase "
+                      "includes the error of a barely determined fit (several times more tokens are better)",
+                      stacklevel=2)
     weights, tensor_stream = fit_maps(ctx, fit)
     base, lin, score_tokens = replaced_losses(ctx, weights, tensor_stream, score)
     rows = [{"layer": blk, "loss_linear": lin[blk], "loss_increase": lin[blk] - base, "loss_ratio": lin[blk] / base,
