@@ -100,6 +100,22 @@ def test_angular_distance_matches_numpy_on_hidden_states(kind):
             assert result.values["matrix"][i, j] == pytest.approx(np.mean(np.arccos(cos)) / np.pi, abs=1e-6)
 
 
+def test_angular_distance_at_the_last_token_as_gromov_et_al():
+    model = build("pre_ln")
+    result = run(model, "angular", tokens="last")
+    assert result.values["tokens"] == "last"
+    with torch.no_grad():
+        hs = [h[:, -1].double().numpy() for h in model(input_ids=IDS, output_hidden_states=True).hidden_states]
+    for i in range(SHAPE["num_hidden_layers"]):
+        for j in range(i + 1, SHAPE["num_hidden_layers"]):
+            a, b = hs[i], hs[j]  # one row per window: its final token
+            cos = np.clip((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1), -1, 1)
+            assert result.values["matrix"][i, j] == pytest.approx(np.mean(np.arccos(cos)) / np.pi, abs=1e-6)
+    assert run(model, "angular").values["tokens"] == "all"  # the study's default: every token
+    with pytest.raises(ValueError, match="'all' .* or 'last'"):
+        run(model, "angular", tokens="first")
+
+
 @pytest.mark.parametrize("arch", ["pre_ln", "hc", "attnres"])
 def test_causal_score_matches_two_forwards(arch):
     model = build(arch)
