@@ -302,6 +302,10 @@ def acquire(folder: str, *, what: str = "writer", wait: float = 0.0, timeout: fl
             return _register(folder, record, log, created)
         except FileExistsError:
             pass
+        except FileNotFoundError:  # a holder that had created the folder removed it (empty) when it released
+            os.makedirs(folder, exist_ok=True)
+            created = True
+            continue
         seen = _read_lease(path)
         if seen is None:
             continue  # released between the two calls
