@@ -127,8 +127,6 @@ def hold_output_dir(cfg: RunConfig, log) -> None:
             f"dead {lease.stale_after():.0f} s after its last heartbeat (DEPTHBENCH_LEASE_TIMEOUT).")
     try:
         lease.acquire(cfg.output_dir, what="depthbench train", wait=cfg.wait_for_writer, hint=hint, log=log)
-    except lease.LeaseHeld:
-        raise
     except OSError as exc:
         raise RunConfigError(f"output_dir {cfg.output_dir} is not writable ({exc.strerror or exc}): choose another "
                              "--output or fix its permissions / free space (nothing was written)") from None
