@@ -74,6 +74,10 @@ def test_model_dir_opens_every_kind_of_target(tmp_path):
         runs.model_dir(str(tmp_path / "empty"))
     with pytest.raises(ValueError, match="is a file"):
         runs.model_dir(str(done / "summary.json"))
+    assert runs.model_dir("gpt2") == "gpt2"  # a Hub id without an owner
+    for missing in (str(tmp_path / "nope" / "final"), "./nope", "../nope", "a/b/c", "~/nope", "runs//x"):
+        with pytest.raises(ValueError, match="no such model folder"):
+            runs.model_dir(missing)
 
 
 def test_report_sections_assemble_in_order_and_replace_only_themselves(tmp_path):

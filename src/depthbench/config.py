@@ -154,6 +154,8 @@ class RunConfig:
     output_dir: str = "runs/depthbench"
     resume: bool | str = False  # True: continue from the latest checkpoint; "auto": if one exists
     overwrite: bool = False  # start over in an output_dir that holds another run
+    # seconds to wait while another live process trains into output_dir (its lease: depthbench.lease); 0: refuse
+    wait_for_writer: float = 0.0
 
     @property
     def eval_sequences(self) -> int:
@@ -348,6 +350,8 @@ def validate_run_config(cfg: RunConfig) -> None:
     check(positive_int(c.keep_last), "checkpoint.keep_last", c.keep_last, "a positive integer")
     check(cfg.resume in (True, False, "auto"), "resume", cfg.resume, 'true, false or "auto"')
     check(not (cfg.resume is True and cfg.overwrite), "overwrite", cfg.overwrite, "false when resume is true")
+    check(isinstance(cfg.wait_for_writer, (int, float)) and not isinstance(cfg.wait_for_writer, bool)
+          and cfg.wait_for_writer >= 0, "wait_for_writer", cfg.wait_for_writer, "a number of seconds >= 0")
     check(cfg.model.compile_scope in COMPILE_SCOPES, "model.compile_scope", cfg.model.compile_scope,
           f"one of {', '.join(COMPILE_SCOPES)}")
     check(isinstance(cfg.model.fields, dict), "model.fields", cfg.model.fields, "a mapping of config fields")

@@ -93,8 +93,9 @@ def model_dir(target: str) -> str:
     (a Hub id).
 
     Raises:
-        ValueError: ``target`` is a sweep folder, a run folder without a final export yet, or a local folder or
-            file that holds no model (the message says which and what to pass instead).
+        ValueError: ``target`` is a sweep folder, a run folder without a final export yet, a local folder or
+            file that holds no model, or a path that does not exist and cannot be a Hub id (the message says which
+            and what to pass instead).
     """
     if os.path.isdir(target):
         final = final_dir(target)
@@ -112,7 +113,15 @@ def model_dir(target: str) -> str:
                          "folder, a run folder or a Hub id")
     if os.path.exists(target):
         raise ValueError(f"{target} is a file, not a model: give an HF model folder, a run folder or a Hub id")
+    if not _HUB_ID.match(target):
+        raise ValueError(f"{target}: no such model folder (and not a Hub id, which is 'name' or 'owner/name'): give "
+                         "an existing HF model folder, a run folder or a Hub id")
     return target
+
+
+#: What a Hub repository id looks like ("name" or "owner/name"; no leading "." or "-"): anything else that does not
+#: exist locally (an absolute path, "./x", "a/b/c", "~/x") is a missing folder, not a Hub id.
+_HUB_ID = re.compile(r"^(?![.-])[\w.-]{1,96}(/(?![.-])[\w.-]{1,96})?$")
 
 
 # ================================================================================================ sweep folders

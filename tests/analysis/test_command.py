@@ -122,3 +122,40 @@ def test_analyze_sweep_is_resumable_and_writes_comparisons(sweep):
     assert (sweep / "report.md").read_text().count("## Layer analyses") == 1
     summary = (sweep / "analysis" / "summary.csv").read_text()
     assert "permutation,late_fraction_above" in summary
+
+
+@pytest.mark.parametrize("target", ["/nonexistent/depthbench-model", "./no-such-run/final", "runs//x", "~/no-model"])
+def test_a_missing_model_path_is_a_clear_error(sweep, target, capsys):
+    assert main(["analyze", target, "--metrics", "angular", "--data", str(sweep.parent / "data"), *COMMON]) == 2
+    err = capsys.readouterr().err
+    assert f"{target}: no such model folder" in err and "Repo id" not in err and "Traceback" not in err
+
+
+def test_windows_longer_than_the_model_positions_are_refused(sweep, tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["analyze", str(_ckpt(sweep)), "--metrics", "angular", "--data", str(sweep.parent / "data"), "-o", str(out),
+            "--num-samples", "2", "--seq-len", "80", "--no-progress"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "80" in err and "max_position_embeddings=64" in err and "--seq-len" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("option", [["--metrics", "angular,permutation", "--anchor-layer", "5"],
+                                    ["--metrics", "angular,pruning", "--layers", "0,7"]])
+def test_out_of_range_blocks_are_refused_before_anything_is_computed(sweep, tmp_path, option, capsys):
+    out = tmp_path / "out"
+    assert main(["analyze", str(_ckpt(sweep)), "--data", str(sweep.parent / "data"), "-o", str(out), *option,
+                 *COMMON]) == 2
+    err = capsys.readouterr().err
+    flag = option[2]
+    assert f"{flag} {option[3].split(',')[-1]}" in err and "blocks 0..1" in err
+    assert not (out / "angular.json").exists()
+
+
+def test_a_target_where_no_metric_applies_is_an_error(sweep, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["analyze", str(_ckpt(sweep)), "--metrics", "depth_mixing,hc_transport", "--data",
+                 str(sweep.parent / "data"), "-o", str(out), *COMMON]) == 2
+    err = capsys.readouterr().err
+    assert "no metric was computed" in err and "attention-residual" in err and "hyper-connection" in err

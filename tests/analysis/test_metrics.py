@@ -7,6 +7,7 @@ Run with ``python -m pytest tests/analysis/test_metrics.py -q``.
 
 from __future__ import annotations
 
+import io
 import math
 
 import numpy as np
@@ -99,6 +100,22 @@ def test_angular_distance_matches_numpy_on_hidden_states(kind):
             assert result.values["matrix"][i, j] == pytest.approx(np.mean(np.arccos(cos)) / np.pi, abs=1e-6)
 
 
+def test_angular_distance_at_the_last_token_as_gromov_et_al():
+    model = build("pre_ln")
+    result = run(model, "angular", tokens="last")
+    assert result.values["tokens"] == "last"
+    with torch.no_grad():
+        hs = [h[:, -1].double().numpy() for h in model(input_ids=IDS, output_hidden_states=True).hidden_states]
+    for i in range(SHAPE["num_hidden_layers"]):
+        for j in range(i + 1, SHAPE["num_hidden_layers"]):
+            a, b = hs[i], hs[j]  # one row per window: its final token
+            cos = np.clip((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1), -1, 1)
+            assert result.values["matrix"][i, j] == pytest.approx(np.mean(np.arccos(cos)) / np.pi, abs=1e-6)
+    assert run(model, "angular").values["tokens"] == "all"  # the study's default: every token
+    with pytest.raises(ValueError, match="'all' .* or 'last'"):
+        run(model, "angular", tokens="first")
+
+
 @pytest.mark.parametrize("arch", ["pre_ln", "hc", "attnres"])
 def test_causal_score_matches_two_forwards(arch):
     model = build(arch)
@@ -138,16 +155,63 @@ def test_permutation_score_matches_swap_blocks(arch):
     assert np.isnan(result.values["matrix"][0, 1])  # anchor 2 only
 
 
+#: Enough windows for the usefulness fit of every test model (HC: D = 4 * 32, fitted on 12 windows = 192 tokens).
+MANY_WINDOWS = np.random.default_rng(1).integers(0, 96, size=(24, 16))
+
+
 @pytest.mark.parametrize("arch", ["pre_ln", "hc", "attnres", "moda"])
 def test_usefulness_of_an_exactly_affine_block_is_zero(arch):
     model = build(arch)
     with torch.no_grad():  # block 1 adds nothing: an affine (identity / transport / zero-branch) block
         model.model.layers[1].self_attn.o_proj.weight.zero_()
         model.model.layers[1].mlp.down_proj.weight.zero_()
-    result = run(model, "usefulness")
+        for residual in (model.model.layers[1].attn_residual, model.model.layers[1].mlp_residual):
+            for name in ("dynamic_alpha_scale", "dynamic_beta_scale"):  # HC: the static (affine) transport only
+                if hasattr(residual, name):
+                    getattr(residual, name).zero_()
+    result = analyze(model, MANY_WINDOWS, ["usefulness"], micro_batch_size=4, progress=False)["usefulness"]
     inc = result.values["loss_increase"]
     assert abs(inc[1]) < 1e-4
     assert max(abs(x) for x in inc) > 10 * abs(inc[1])  # the other blocks are not affine
+
+
+def _block_io(model, ids: torch.Tensor) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(input, output) token rows [N, d] of every decoder block (forward hooks; the output before the final norm)."""
+    io = []
+    hooks = [layer.register_forward_hook(lambda m, args, out: io.append((args[0], out)))
+             for layer in model.model.layers]
+    with torch.no_grad():
+        model(input_ids=ids)
+    for h in hooks:
+        h.remove()
+    return [(x.double().reshape(-1, x.shape[-1]).numpy(), y.double().reshape(-1, y.shape[-1]).numpy()) for x, y in io]
+
+
+def test_usefulness_fits_on_half_the_windows_and_scores_on_the_other_half():
+    model = build("pre_ln")
+    windows = MANY_WINDOWS[:8]  # 4 fitting windows = 64 tokens >= d + 1 = 33 unknowns per output channel
+    result = analyze(model, windows, ["usefulness"], micro_batch_size=3, progress=False)["usefulness"]
+    fit, score = torch.from_numpy(windows[0::2]), torch.from_numpy(windows[1::2])
+    base = mean_loss(model, score)
+    assert result.values["base_loss"] == pytest.approx(base, rel=1e-6)
+    for blk, (x, y) in enumerate(_block_io(model, fit)):
+        coef = np.linalg.lstsq(np.c_[x, np.ones(len(x))], y, rcond=None)[0]  # float64 least squares
+        w, b = torch.from_numpy(coef[:-1]).float(), torch.from_numpy(coef[-1]).float()
+        layer = model.model.layers[blk]
+        layer.forward = lambda stream, *args, w=w, b=b, **kwargs: stream @ w + b
+        replaced = mean_loss(model, score)
+        del layer.forward
+        assert result.values["loss_increase"][blk] == pytest.approx(replaced - base, rel=1e-4, abs=1e-6)
+    assert result.values["fit_tokens"] == 64 and result.values["score_tokens"] == 4 * 15
+
+
+@pytest.mark.parametrize("arch", ["hc", "pre_ln"])
+def test_usefulness_refuses_a_fit_with_fewer_tokens_than_unknowns(arch):
+    model = build(arch)  # HC: D = 4 * 32 = 128; 24 windows of 16 tokens fit on 12 * 16 = 192 tokens; 4 windows: 32
+    width = SHAPE["hidden_size"] * (4 if arch == "hc" else 1)
+    windows = 2 * -(-(width + 1) // 16) - 1  # ceil((D + 1) / 16) fitting windows, every other one of them
+    with pytest.raises(ValueError, match=rf"needs at least {width + 1} tokens to fit.* --num-samples {windows} "):
+        run(model, "usefulness")
 
 
 def test_token_collapse_ranks_of_known_singular_values():
@@ -175,6 +239,29 @@ def test_jacobian_of_an_exactly_linear_block(mode):
     expected = float(torch.linalg.matrix_norm(a - torch.eye(d)) / math.sqrt(d))
     assert result.values["deviation"][2] == pytest.approx(expected, rel=1e-5)
     assert result.values["deviation"][0] > 0
+
+
+def test_jacobian_progress_moves_per_window_position_and_block(monkeypatch):
+    import tqdm.auto
+
+    bars = []
+
+    class Recorder(tqdm.auto.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "disable": False, "file": io.StringIO()})
+            self.updates = 0
+            bars.append(self)
+
+        def update(self, n=1):
+            self.updates += 1
+            return super().update(n)
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Recorder)
+    analyze(build("pre_ln"), WINDOWS, ["jacobian"], micro_batch_size=2, progress=True,
+            options={"jacobian": {"positions": 3, "windows": 3}})
+    (bar,) = [b for b in bars if b.desc.startswith("jacobian")]
+    expected = 3 * 3 * SHAPE["num_hidden_layers"]  # windows x positions x blocks, each one Jacobian
+    assert bar.total == expected and bar.n == expected and bar.updates == expected  # a total: tqdm shows the ETA
 
 
 def test_jacobian_refuses_structured_streams_and_wide_streams():
@@ -234,7 +321,7 @@ def test_batched_interventions_equal_sequential_and_restore_the_model(arch, metr
 def test_usefulness_and_llama_swaps_restore_the_model():
     for model, metrics in ((build("attnres"), ["usefulness"]), (llama(), ["permutation", "usefulness", "causal"])):
         before = state_snapshot(model)
-        analyze(model, WINDOWS, metrics, micro_batch_size=2, progress=False)
+        analyze(model, MANY_WINDOWS[:8], metrics, micro_batch_size=2, progress=False)
         assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
         assert not any("forward" in vars(layer) for layer in ModelAdapter(model).layers)
 
@@ -271,3 +358,54 @@ def test_efficiency_config_and_measured_kv_cache_agree():
     kv = r.values["measured"]["kv_cache_bytes"] * 2 // r.values["measured"]["kv_cache_dtype_bytes"]
     assert kv == r.values["config"]["kv_cache_bytes"]
     assert 0.8 < r.values["measured"]["prefill_flops"] / r.values["config"]["prefill_flops"] < 1.25
+
+
+def _transport_reference(model) -> float:
+    """Direction overlap by hand: per token the product of the sublayer transports (float64 numpy), its dominant
+    right singular vector v_1, and |<v_1, 1/sqrt(n)>| averaged over tokens."""
+    adapter = ModelAdapter(model)
+    seen = []
+    hooks = [getattr(layer, name).register_forward_pre_hook(lambda m, a, k: seen.append((m, a[0])), with_kwargs=True)
+             for layer in adapter.layers for name in ("attn_residual", "mlp_residual")]
+    with torch.no_grad():
+        model(input_ids=IDS)
+    for h in hooks:
+        h.remove()
+    prod = None
+    for module, stream in seen:
+        width, _ = adapter.wiring.stream_maps(module, stream)
+        n = stream.shape[-2]
+        full = np.broadcast_to(width.detach().double().numpy(), (*stream.shape[:2], n + 1, n))
+        t = full[..., 1:, :].reshape(-1, n, n)
+        prod = t if prod is None else np.einsum("kij,kjl->kil", t, prod)
+    _, _, vh = np.linalg.svd(prod)
+    return float(np.mean(np.abs(vh[:, 0, :].sum(-1)) / math.sqrt(prod.shape[-1])))
+
+
+@pytest.mark.parametrize("arch", ["hc", "mhc"])
+def test_hc_transport_direction_overlap_is_the_inner_product_with_the_stream_mean(arch):
+    model = build(arch, seed=3)
+    r = run(model, "hc_transport")
+    assert r.values["direction_overlap"] == pytest.approx(_transport_reference(model), abs=1e-6)
+
+
+def test_hc_transport_direction_orthogonal_to_the_mean_scores_zero():
+    model = depthbench.build_model("hc", **SHAPE).eval()
+    n = model.config.hc_num_streams
+    v = np.zeros(n)
+    v[:2] = [1 / math.sqrt(2), -1 / math.sqrt(2)]  # orthogonal to the stream mean 1/sqrt(n)
+    t = torch.eye(n, dtype=torch.float64) + 2 * torch.from_numpy(np.outer(v, v))  # top singular direction v
+    width = torch.cat([torch.full((1, n), 1.0 / n, dtype=torch.float64), t], dim=0)
+    model.model.wiring.stream_maps = lambda module, stream: (width, torch.ones(n, dtype=torch.float64))
+    r = run(model, "hc_transport")
+    assert r.values["spectrum"][0] == pytest.approx(3.0 ** (2 * SHAPE["num_hidden_layers"]), rel=1e-9)
+    assert r.values["direction_overlap"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_windows_past_the_model_positions_are_refused():
+    long = np.random.default_rng(2).integers(0, 96, size=(2, SHAPE["max_position_embeddings"] + 1))
+    with pytest.raises(ValueError, match=r"65 tokens .* max_position_embeddings=64 .* --seq-len to 64"):
+        analyze(build("pre_ln"), long, ["angular"], progress=False)
+    with pytest.raises(ValueError, match=r"--anchor-layer 4 out of range: the model has blocks 0..3"):
+        analyze(build("pre_ln"), WINDOWS, ["angular", "permutation"], progress=False,
+                options={"permutation": {"anchors": [4]}})

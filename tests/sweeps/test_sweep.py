@@ -258,6 +258,50 @@ def test_a_runs_folder_without_sweep_json_is_refused(data_dir, tmp_path):
     assert not (tmp_path / "out" / "sweep.json").exists()
 
 
+LAUNCHER = """
+import sys, time
+from depthbench import lease
+held = lease.acquire(sys.argv[1], what="depthbench sweep launcher")
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+held.release()
+"""
+
+
+def _launcher(out: Path, seconds: float) -> subprocess.Popen:
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(out), str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_launcher_of_a_sweep_folder_is_refused_or_waits(data_dir, tmp_path, capsys):
+    import socket
+
+    out = tmp_path / "out"
+    first = _launcher(out, 120)
+    try:
+        argv = ["sweep", "--archs", "pre_ln", "--shapes", "tiny-L2", "--lrs", "1e-3", "--data", str(data_dir),
+                "--out", str(out)]
+        assert cli_main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"depthbench sweep launcher pid {first.pid} on {socket.gethostname()} since" in err
+        assert "--wait-for-writer" in err and "Traceback" not in err
+        assert sorted(os.listdir(out)) == ["writer.lease"]  # nothing written
+    finally:
+        first.kill()
+        first.wait()
+    first = _launcher(out, 1.5)  # a launcher that finishes soon: the second one waits for it, then runs
+    logs: list[str] = []
+    spec = make_spec(data_dir, archs=["pre_ln"], shapes=["tiny-L2"], lrs=[1e-3])
+    rows = run_sweep(spec, str(out), wait_for_writer=60, log=logs.append)
+    first.wait()
+    assert [r["status"] for r in rows] == ["finished"]
+    assert any(f"pid {first.pid}" in line and "waiting up to 60 s" in line for line in logs)
+    assert not (out / "writer.lease").exists()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

@@ -67,7 +67,38 @@ def test_two_processes_match_one(tmp_path):
     sa = json.loads((single / "summary.json").read_text())
     sb = json.loads((double / "summary.json").read_text())
     assert sb["world_size"] == 2 and sb["tokens"] == sa["tokens"] == 4 * 8 * 32
+    assert not (double / "writer.lease").exists()  # held by the main process only, released at the end
     pa, pb = load_file(single / "final" / "model.safetensors"), load_file(double / "final" / "model.safetensors")
     assert pa.keys() == pb.keys()
     for key in pa:
         assert torch.allclose(pa[key], pb[key], atol=1e-5, rtol=0), key
+
+
+HOLDER = """
+import sys, time
+from depthbench import lease
+lease.acquire(sys.argv[1], what="depthbench train")
+print("held", flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.slow
+def test_every_rank_stops_when_another_process_holds_the_run_folder(tmp_path):
+    data_dir = make_train_data(tmp_path / "data")
+    out = tmp_path / "run"
+    (tmp_path / "run.json").write_text(json.dumps(run_dict(data_dir, out)))
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    try:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "1"}
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "-m", "depthbench.training", "-c", str(tmp_path / "run.json")]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)  # no rank left waiting
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode != 0
+    assert f"depthbench train pid {holder.pid} on" in proc.stderr  # the main rank names the holder
+    assert "another rank stopped with an error" in proc.stderr  # the other rank stops with it
+    assert sorted(os.listdir(out)) == ["writer.lease"]

@@ -388,3 +388,100 @@ def test_corrupt_checkpoint_inside_a_sweep_is_a_message(data_dir, tmp_path, caps
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert "cannot continue: checkpoint file" in err and "model.safetensors is corrupt" in err
+
+
+# ====================================================================================== one writer per run folder
+HOLDER = """
+import sys, time
+from depthbench import lease
+held = lease.acquire(sys.argv[1], what="depthbench train")
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+held.release()
+"""
+
+
+def _hold(folder: Path, seconds: float = 120):
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder), str(seconds)], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_writer_of_a_run_folder_is_refused_naming_the_holder(data_dir, tmp_path, capsys):
+    import socket
+
+    from depthbench.cli import main
+
+    out = tmp_path / "run"
+    (tmp_path / "run.json").write_text(json.dumps(run_dict(data_dir, out)))
+    holder = _hold(out)
+    try:
+        assert main(["train", "-c", str(tmp_path / "run.json"), "resume=auto"]) == 2
+        err = capsys.readouterr().err
+        assert f"is held by another live writer: depthbench train pid {holder.pid} on {socket.gethostname()}" in err
+        assert "since" in err and "--wait-for-writer" in err and "Traceback" not in err
+        assert sorted(os.listdir(out)) == ["writer.lease"]  # nothing written, the holder's lease untouched
+    finally:
+        holder.kill()
+        holder.wait()
+    holder = _hold(out, seconds=1.5)  # a writer about to finish: wait for it, then train
+    assert main(["train", "-c", str(tmp_path / "run.json"), "resume=auto", "--wait-for-writer", "60"]) == 0
+    holder.wait()
+    assert f"pid {holder.pid}" in capsys.readouterr().err and (out / "summary.json").exists()
+    assert main(["train", "-c", str(tmp_path / "run.json"), "wait_for_writer=-1"]) == 2
+    assert "wait_for_writer=-1.0 is not allowed" in capsys.readouterr().err
+
+
+def test_a_resume_after_the_writer_was_killed_proceeds(data_dir, tmp_path):
+    import signal
+
+    out = tmp_path / "run"
+    train(load_run_config({**run_dict(data_dir, out), "train": {**run_dict(data_dir, out)["train"],
+                                                                 "stop_at_step": 2}}))
+    holder = _hold(out)  # a writer that is then killed: kill -9 leaves its lease behind
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    assert (out / "writer.lease").exists()
+    summary = train(load_run_config({**run_dict(data_dir, out), "resume": "auto"}))
+    assert summary["status"] == "finished" and summary["steps"] == 6
+    assert not (out / "writer.lease").exists()  # released when train() returned
+
+
+@pytest.mark.slow
+def test_two_trainers_on_one_run_folder(data_dir, tmp_path):
+    """A real trainer holds its folder: a second ``depthbench train ... resume=auto`` started beside it is refused
+    naming it (before: it loaded the checkpoints the first one was writing and pruning); once the first stops,
+    the resume proceeds."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    cfg = run_dict(data_dir, out)
+    cfg["train"].update(max_steps=100000, log_every=1)
+    cfg["checkpoint"].update(every=3, keep_last=1)
+    (tmp_path / "run.json").write_text(json.dumps(cfg))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "depthbench.training", "-c", str(tmp_path / "run.json"), "resume=auto"]
+    first = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not list(out.glob("checkpoints/ckpt-*")) and time.time() < deadline:
+            time.sleep(0.2)
+        second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+        assert second.returncode == 2, second.stderr[-2000:]
+        assert f"depthbench train pid {first.pid} on" in second.stderr
+    finally:
+        first.send_signal(signal.SIGTERM)  # stops after a checkpoint, exit 0
+        first.communicate(timeout=120)
+    assert first.returncode == 0
+    step = json.loads((out / "summary.json").read_text())["steps"]
+    third = subprocess.run([*cmd, f"train.max_steps={step + 2}"], env=env, capture_output=True, text=True,
+                           timeout=180)
+    assert third.returncode == 0, third.stderr[-2000:]
+    assert json.loads((out / "summary.json").read_text())["steps"] == step + 2

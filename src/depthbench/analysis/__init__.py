@@ -54,6 +54,15 @@ def parse_metrics(text: str | None) -> list[str]:
     return ids
 
 
+def check_metric(ctx, metric: str, **options) -> None:
+    """Check ``metric``'s options against the model before anything is computed (the module's ``check``, if any):
+    ``ValueError`` for bad options, :class:`~depthbench.analysis.common.NotApplicable` when the metric does not
+    exist for the model."""
+    check = getattr(metric_module(metric), "check", None)
+    if check is not None:
+        check(ctx, **options)
+
+
 def run_metric(ctx, metric: str, out_dir: str | None = None, **options):
     """Run one metric on an :class:`~depthbench.analysis.common.AnalysisContext`; write its files when ``out_dir``."""
     from .common import Timer, write_result
@@ -83,4 +92,7 @@ def analyze(model, windows, metrics: list[str] | None = None, out_dir: str | Non
     spec = window_spec or WindowSpec(num_samples=len(windows), seq_len=windows.shape[1])
     ctx = AnalysisContext(model, windows, spec, model_id=model_id, **context_kwargs)
     options = options or {}
-    return {m: run_metric(ctx, m, out_dir, **options.get(m, {})) for m in (metrics or DEFAULT_METRICS)}
+    metrics = metrics or DEFAULT_METRICS
+    for m in metrics:
+        check_metric(ctx, m, **options.get(m, {}))
+    return {m: run_metric(ctx, m, out_dir, **options.get(m, {})) for m in metrics}

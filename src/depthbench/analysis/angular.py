@@ -3,6 +3,10 @@
 ``d(i, j) = (1/pi) * mean_tokens arccos(cos(z_i[t], z_j[t]))`` for every pair i < j of depth states z_0..z_L
 (architecture-aware states: hyper-connection streams concatenated, attention-residual boundary mixes), cosine
 clamped to [-1, 1], accumulated in float64. The "subsequent" matrix re-indexes it as ``S[n-1, l] = d(l, l+n)``.
+
+``tokens="all"`` (default) averages over every token of every window, as the study does; ``tokens="last"`` uses
+only each window's final token, as Gromov et al. define it (their Eq. 7: the last token of the sequence, averaged
+over samples).
 """
 
 from __future__ import annotations
@@ -37,10 +41,23 @@ def subsequent(matrix: np.ndarray) -> np.ndarray:
     return out
 
 
-def run(ctx: AnalysisContext) -> MetricResult:
+TOKENS = ("all", "last")
+
+
+def check(ctx: AnalysisContext, tokens: str = "all") -> None:
+    if tokens not in TOKENS:
+        raise ValueError(f"angular tokens={tokens!r}: choose 'all' (every token, the study) or 'last' (each "
+                         "window's final token, Gromov et al.)")
+
+
+def run(ctx: AnalysisContext, tokens: str = "all") -> MetricResult:
+    check(ctx, tokens)
     total, count = None, 0
     for trace in ctx.traces("angular"):
-        m, c = angular_matrix(ctx.adapter.depth_states(trace))
+        states = ctx.adapter.depth_states(trace)
+        if tokens == "last":
+            states = [z[:, -1:] for z in states]
+        m, c = angular_matrix(states)
         total = m if total is None else total + m
         count += c
     matrix = total / count
@@ -48,6 +65,7 @@ def run(ctx: AnalysisContext) -> MetricResult:
     pairs.sort(key=lambda p: p[2])
     rows = [{"i": i, "j": j, "angular_distance": v} for i, j, v in pairs]
     values = {
+        "tokens": tokens,
         "matrix": matrix,
         "subsequent": subsequent(matrix),
         "consecutive": [matrix[blk, blk + 1] for blk in range(len(matrix) - 1)],

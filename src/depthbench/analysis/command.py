@@ -17,6 +17,7 @@ from typing import Any
 def metric_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Per-metric keyword options from ``depthbench analyze``'s arguments."""
     return {
+        "angular": {"tokens": args.angular_tokens},
         "causal": {"threshold": args.causal_threshold},
         "permutation": {"anchors": args.anchor_layer or None, "threshold": args.permutation_threshold},
         "pruning": {"layers": args.layers, "task": args.task, "include_path": args.include_path,
@@ -75,6 +76,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="sweep mode: recompute metrics that already have a JSON")
     p.add_argument("--no-progress", action="store_true")
     g = p.add_argument_group("metric options")
+    g.add_argument("--angular-tokens", choices=["all", "last"], default="all",
+                   help="angular: average over every token (the study, default) or each window's last token "
+                        "(Gromov et al.)")
     g.add_argument("--causal-threshold", type=float, default=0.45)
     g.add_argument("--permutation-threshold", type=float, default=0.15)
     g.add_argument("--anchor-layer", type=int, action="append", help="permutation: only pairs with this block")

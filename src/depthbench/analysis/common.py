@@ -28,6 +28,21 @@ def late_start(num_layers: int) -> int:
     return int(num_layers * LATE_START_FRACTION)
 
 
+class NotApplicable(ValueError):
+    """The metric does not exist for this model (depth-mixing weights of a Pre-LN model, the Jacobian of a structured
+    stream): ``depthbench analyze`` reports it and goes on with the other metrics (an error when no metric applies);
+    bad options are plain ``ValueError`` and stop the command before anything is computed."""
+
+
+def check_positions(model, seq_len: int) -> None:
+    """ValueError when windows of ``seq_len`` tokens are longer than the model's ``max_position_embeddings``."""
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if isinstance(limit, int) and seq_len > limit:
+        raise ValueError(f"windows of {seq_len} tokens are longer than the model's max_position_embeddings={limit} "
+                         f"(positions {limit}..{seq_len - 1} were never configured for it): lower --seq-len to "
+                         f"{limit} or less")
+
+
 @dataclass
 class AnalysisContext:
     """Model + windows + execution settings shared by the metrics of one ``analyze`` call."""
@@ -44,6 +59,7 @@ class AnalysisContext:
     options: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        check_positions(self.model, int(np.shape(self.windows)[1]))
         self.adapter = ModelAdapter(self.model)
         self.model.eval()
         self._traces: list[Trace] | None = None
@@ -58,22 +74,27 @@ class AnalysisContext:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def batches(self) -> Iterator[torch.Tensor]:
-        for ids in micro_batches(self.windows, self.micro_batch_size):
+    def batches(self, windows: np.ndarray | None = None) -> Iterator[torch.Tensor]:
+        """Micro-batches of ``windows`` (default: all the context's windows) on the model's device."""
+        for ids in micro_batches(self.windows if windows is None else windows, self.micro_batch_size):
             yield ids.to(self.device)
 
-    def bar(self, iterable, desc: str, total: int | None = None):
+    def bar(self, iterable, desc: str, total: int | None = None, **kwargs):
         from tqdm.auto import tqdm
 
-        return tqdm(iterable, desc=desc, total=total, disable=not self.progress, leave=False)
+        return tqdm(iterable, desc=desc, total=total, disable=not self.progress, leave=False, **kwargs)
+
+    def count_batches(self, windows: np.ndarray | None = None) -> int:
+        return -(-len(self.windows if windows is None else windows) // self.micro_batch_size)
 
     @property
     def num_batches(self) -> int:
-        return -(-len(self.windows) // self.micro_batch_size)
+        return self.count_batches()
 
-    def traces(self, desc: str = "forward") -> Iterator[Trace]:
-        """Traces of the unmodified model per micro-batch (recomputed per metric: memory stays one batch)."""
-        for ids in self.bar(self.batches(), desc, self.num_batches):
+    def traces(self, desc: str = "forward", windows: np.ndarray | None = None) -> Iterator[Trace]:
+        """Traces of the unmodified model per micro-batch of ``windows`` (default all; recomputed per metric:
+        memory stays one batch)."""
+        for ids in self.bar(self.batches(windows), desc, self.count_batches(windows)):
             with torch.no_grad(), self.autocast():
                 yield self.adapter.trace(ids)
 

@@ -14,18 +14,23 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .common import AnalysisContext, MetricResult, heatmap
+from .common import AnalysisContext, MetricResult, NotApplicable, heatmap
 from .hooks import sublayer_streams
 
 METRIC_ID = "depth_mixing"
 DEAD_THRESHOLD = 0.02
 
 
+def check(ctx: AnalysisContext, **_) -> None:
+    a = ctx.adapter
+    if not a.native or not hasattr(a.wiring, "mixing_weights"):
+        raise NotApplicable(f"depth-mixing weights exist only for attention-residual models, not {a.name}")
+
+
 def run(ctx: AnalysisContext, dead_threshold: float = DEAD_THRESHOLD) -> MetricResult:
+    check(ctx)
     a = ctx.adapter
     wiring = a.wiring
-    if not a.native or not hasattr(wiring, "mixing_weights"):
-        raise ValueError(f"depth-mixing weights exist only for attention-residual models, not {a.name}")
     sums, count = None, 0
     for ids in ctx.bar(ctx.batches(), "depth mixing", ctx.num_batches):
         with torch.no_grad(), ctx.autocast(), sublayer_streams(a) as seen:

@@ -9,8 +9,9 @@ Per token (fp64, then averaged over tokens):
   reports 1.44-1.65 for mHC vs 2.53-2.81 for HC);
 * ``cumulative_erank``: the same for ``T_k ... T_0`` after every sublayer; ``sublayer_erank`` for each ``T_k``;
 * ``spectrum``: mean singular values of P;
-* ``direction_overlap``: ``|<v_1(P), 1/sqrt(n)>|``, how much the dominant transported direction is the stream
-  average (defined here; the study's figure has no code);
+* ``direction_overlap``: ``|<v_1(P), 1/sqrt(n)>|`` with ``v_1(P)`` the top right singular vector of P (the input
+  direction P amplifies most): 1 when it is the stream average, 0 when it is orthogonal to it (defined here; the
+  study's figure has no code in its repository);
 * ``path_weights[j, i] = pre_j^T T_{j-1} ... T_{i+1} post_i``: how strongly sublayer j reads sublayer i's output
   (Pre-LN: all ones).
 Architectures other than hyper-connections are refused.
@@ -21,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .common import AnalysisContext, MetricResult
+from .common import AnalysisContext, MetricResult, NotApplicable
 from .hooks import sublayer_streams
 
 METRIC_ID = "hc_transport"
@@ -32,11 +33,22 @@ def erank(s: torch.Tensor) -> torch.Tensor:
     return torch.exp(-(p * torch.log(p.clamp_min(1e-300))).sum(-1))
 
 
+def direction_overlap(v: torch.Tensor) -> torch.Tensor:
+    """``|<v, 1/sqrt(n)>|`` per unit vector ``v`` [..., n]: 1 when v is the stream average direction, 0 when it is
+    orthogonal to it (the absolute value because a singular vector's sign is arbitrary)."""
+    return v.sum(-1).abs() / v.shape[-1] ** 0.5
+
+
+def check(ctx: AnalysisContext, **_) -> None:
+    a = ctx.adapter
+    if not a.native or not hasattr(a.wiring, "stream_maps"):
+        raise NotApplicable(f"residual transport exists only for hyper-connection models, not {a.name}")
+
+
 def run(ctx: AnalysisContext) -> MetricResult:
+    check(ctx)
     a = ctx.adapter
     wiring = a.wiring
-    if not a.native or not hasattr(wiring, "stream_maps"):
-        raise ValueError(f"residual transport exists only for hyper-connection models, not {a.name}")
     acc: dict[str, object] = {}
     count = 0
     for ids in ctx.bar(ctx.batches(), "hc transport", ctx.num_batches):
@@ -60,7 +72,7 @@ def run(ctx: AnalysisContext) -> MetricResult:
                 cum.append(erank(torch.linalg.svdvals(prod)).sum().item())
             s = torch.linalg.svdvals(prod)
             _, _, vh = torch.linalg.svd(prod)
-            overlap = (vh[:, 0, :].abs().sum(-1) / n**0.5).sum().item()
+            overlap = direction_overlap(vh[:, 0, :]).sum().item()
             path = np.full((k, k), np.nan)
             for i in range(k):
                 v = maps[i][2]

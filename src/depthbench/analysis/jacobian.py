@@ -22,7 +22,7 @@ import math
 import numpy as np
 import torch
 
-from .common import AnalysisContext, MetricResult, line_plot
+from .common import AnalysisContext, MetricResult, NotApplicable, line_plot
 from .state import expand_batch
 
 METRIC_ID = "jacobian"
@@ -52,13 +52,14 @@ def _rows_grad(adapter, blk: int, x: torch.Tensor, kwargs: dict, cot: torch.Tens
         return torch.autograd.grad(y, x, cot.view_as(y))[0]
 
 
-def block_jacobians(adapter, blk: int, x: torch.Tensor, kwargs: dict, positions: list[int], max_rows: int = 256
-                    ) -> torch.Tensor:
+def block_jacobians(adapter, blk: int, x: torch.Tensor, kwargs: dict, positions: list[int], max_rows: int = 256,
+                    tick=None) -> torch.Tensor:
     """Per-token Jacobians [B, P, D, D] of block ``blk`` at ``positions``, exact, fp32 with autocast off.
 
     For window b and position t the block runs on the first t+1 tokens only (causal: later tokens cannot matter),
     replicated once per output channel k; row k's cotangent is e_k at position t, so one backward returns the
-    whole D x D Jacobian with every other position held fixed (no cross-token terms, nothing averaged)."""
+    whole D x D Jacobian with every other position held fixed (no cross-token terms, nothing averaged).
+    ``tick()`` is called after each (window, position)."""
     b, seq = x.shape[:2]
     d = x[0, 0].numel()
     out = torch.zeros(b, len(positions), d, d, device=x.device)
@@ -73,6 +74,8 @@ def block_jacobians(adapter, blk: int, x: torch.Tensor, kwargs: dict, positions:
                 cot[torch.arange(len(ks)), t, ks] = 1.0
                 grad = _rows_grad(adapter, blk, rows, kw, cot)
                 out[w, p, k0 : k0 + len(ks)] = grad[:, t].reshape(len(ks), d)
+            if tick is not None:
+                tick()
     return out
 
 
@@ -109,9 +112,25 @@ def _select_window(obj, batch: int, w: int):
     return obj
 
 
+def _check_stream(adapter, stream, max_dim: int, force: bool) -> int:
+    """The stream width D, or NotApplicable for a structured stream or (unless ``force``) a width over ``max_dim``."""
+    if adapter.stream_tensor(stream) is None:
+        raise NotApplicable(
+            f"the Jacobian deviation needs a block that maps one state tensor to one state tensor; {adapter.name} "
+            f"carries a structured stream ({type(stream).__name__}) between blocks")
+    dim = stream[0, 0].numel()
+    if dim > max_dim and not force:
+        raise NotApplicable(f"stream width D={dim} exceeds the Jacobian size limit {max_dim} "
+                            f"({dim} backward passes per position per block); raise --jacobian-max-dim to force")
+    return dim
+
+
 def run(ctx: AnalysisContext, mode: str = "per_token", positions: int = 4, windows: int | None = 4,
         max_dim: int = MAX_DIM, force: bool = False) -> MetricResult:
-    """``positions`` sampled tokens in each of the first ``windows`` windows (``None``: all windows)."""
+    """``positions`` sampled tokens in each of the first ``windows`` windows (``None``: all windows).
+
+    Progress: one step per per-token Jacobian (window, position, block) with an ETA, or per block and micro-batch
+    for ``averaged_total``."""
     if mode not in MODES:
         raise ValueError(f"jacobian mode {mode!r} unknown; choose one of {list(MODES)}")
     a = ctx.adapter
@@ -124,28 +143,26 @@ def run(ctx: AnalysisContext, mode: str = "per_token", positions: int = 4, windo
         raise ValueError(f"the Jacobian runs in fp32; the model is loaded in {model_dtype} (load it in float32)")
     used = len(ctx.windows) if windows is None else min(windows, len(ctx.windows))
     batches = [ids[: used - k] for k, ids in zip(range(0, used, ctx.micro_batch_size), ctx.batches())]
-    for ids in ctx.bar(batches, f"jacobian ({mode})", len(batches)):
-        with torch.no_grad():
-            trace = a.trace(ids)
-        if a.stream_tensor(trace.inputs[0]) is None:
-            raise ValueError(
-                f"the Jacobian deviation needs a block that maps one state tensor to one state tensor; {a.name} "
-                f"carries a structured stream ({type(trace.inputs[0]).__name__}) between blocks")
-        dim = trace.inputs[0][0, 0].numel()
-        if dim > max_dim and not force:
-            raise ValueError(f"stream width D={dim} exceeds the Jacobian size limit {max_dim} "
-                             f"({dim} backward passes per position per block); raise --jacobian-max-dim to force")
-        b, t = ids.shape
-        pos = sorted(rng.choice(t, size=min(positions, t), replace=False).tolist())
-        for blk in range(L):
-            if mode == "per_token":
-                jac = block_jacobians(a, blk, trace.inputs[blk], trace.layer_kwargs, pos)
-                eye = torch.eye(dim, device=jac.device)
-                sums[blk] += float((torch.linalg.matrix_norm(jac - eye) / math.sqrt(dim)).sum())
-            else:
-                s = averaged_total_jacobian(a, blk, trace.inputs[blk], trace.layer_kwargs)
-                jbar[blk] = s if jbar[blk] is None else jbar[blk] + s
-        count += b * (len(pos) if mode == "per_token" else t)
+    per_window = min(positions, ctx.windows.shape[1])
+    total = used * per_window * L if mode == "per_token" else len(batches) * L
+    with ctx.bar(None, f"jacobian ({mode})", total, unit="jacobian" if mode == "per_token" else "block") as bar:
+        for ids in batches:
+            with torch.no_grad():
+                trace = a.trace(ids)
+            dim = _check_stream(a, trace.inputs[0], max_dim, force)
+            b, t = ids.shape
+            pos = sorted(rng.choice(t, size=per_window, replace=False).tolist())
+            for blk in range(L):
+                bar.set_postfix(block=blk, refresh=False)
+                if mode == "per_token":
+                    jac = block_jacobians(a, blk, trace.inputs[blk], trace.layer_kwargs, pos, tick=bar.update)
+                    eye = torch.eye(dim, device=jac.device)
+                    sums[blk] += float((torch.linalg.matrix_norm(jac - eye) / math.sqrt(dim)).sum())
+                else:
+                    s = averaged_total_jacobian(a, blk, trace.inputs[blk], trace.layer_kwargs)
+                    jbar[blk] = s if jbar[blk] is None else jbar[blk] + s
+                    bar.update()
+            count += b * (len(pos) if mode == "per_token" else t)
     if mode == "per_token":
         dev = sums / count
     else:

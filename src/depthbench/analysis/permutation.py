@@ -24,9 +24,15 @@ def pairs_for(num_layers: int, anchors: list[int] | None = None) -> list[tuple[i
     if anchors:
         bad = [k for k in anchors if not 0 <= k < num_layers]
         if bad:
-            raise ValueError(f"anchor layers {bad} out of range: the model has blocks 0..{num_layers - 1}")
+            raise ValueError(f"--anchor-layer {', '.join(map(str, bad))} out of range: the model has blocks "
+                             f"0..{num_layers - 1}")
         pairs = [p for p in pairs if p[0] in anchors or p[1] in anchors]
     return pairs
+
+
+def check(ctx: AnalysisContext, anchors: list[int] | None = None, **_) -> None:
+    """ValueError for anchor layers the model does not have (before anything is computed)."""
+    pairs_for(ctx.adapter.num_layers, anchors)
 
 
 def swap_losses(ctx: AnalysisContext, pairs: list[tuple[int, int]]) -> tuple[float, dict]:

@@ -84,13 +84,19 @@ def task_scores(ctx: AnalysisContext, layers: list[int], task: str, include_path
     return name, base, scores
 
 
-def run(ctx: AnalysisContext, layers: list[int] | None = None, task: str | None = None,
-        include_path: str | None = None, limit: int | None = None, task_metric: str | None = None) -> MetricResult:
+def check(ctx: AnalysisContext, layers: list[int] | None = None, **_) -> list[int]:
+    """The blocks to prune (default all); ValueError for blocks the model does not have."""
     L = ctx.adapter.num_layers
     layers = list(range(L)) if not layers else layers
     bad = [k for k in layers if not 0 <= k < L]
     if bad:
-        raise ValueError(f"layers {bad} out of range: the model has blocks 0..{L - 1}")
+        raise ValueError(f"--layers {', '.join(map(str, bad))} out of range: the model has blocks 0..{L - 1}")
+    return layers
+
+
+def run(ctx: AnalysisContext, layers: list[int] | None = None, task: str | None = None,
+        include_path: str | None = None, limit: int | None = None, task_metric: str | None = None) -> MetricResult:
+    layers = check(ctx, layers)
     if task is None:
         base, values = skip_losses(ctx, layers)
         signal, name = "lm_loss", "loss"

@@ -17,7 +17,12 @@ def load_model(target: str, *, device: str | None = None, trust_remote_code: boo
     from depthbench.runs import model_dir
 
     path = model_dir(target)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code)
+    except OSError as err:
+        if os.path.isdir(path):
+            raise
+        raise OSError(f"{target}: no local folder of that name, and loading it as a Hub id failed: {err}") from err
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device).eval()
     try:
@@ -30,15 +35,18 @@ def load_model(target: str, *, device: str | None = None, trust_remote_code: boo
 def analyze_target(target: str, metrics: list[str], out_dir: str, data: str | None, spec, *,
                    options: dict[str, dict[str, Any]] | None = None, skip_done: bool = False, device: str | None = None,
                    trust_remote_code: bool = False, micro_batch_size: int = 4, batched: bool = True,
-                   group_batch: int = 8, progress: bool = True, log=print) -> dict[str, float]:
+                   group_batch: int = 8, progress: bool = True, require_any: bool = True,
+                   log=print) -> dict[str, float]:
     """Run ``metrics`` on one model (checkpoint folder, run folder or Hub id) over windows of ``data`` (token-shard
     folder or text file, drawn by the :class:`~depthbench.analysis.sampling.WindowSpec` ``spec``), writing
-    ``out_dir/<metric>.{json,csv,png}``; with ``skip_done`` metrics whose JSON exists are skipped. A metric that
-    does not apply to the model (e.g. ``depth_mixing`` on a Pre-LN model) is reported and skipped.
-    Returns ``{metric: seconds}``."""
-    from . import run_metric
-    from .common import AnalysisContext
-    from .sampling import load_windows
+    ``out_dir/<metric>.{json,csv,png}``; with ``skip_done`` metrics whose JSON exists are skipped.
+
+    Every metric's options are checked against the model before any metric runs (bad options, windows longer
+    than the model's positions: ``ValueError``, nothing written). A metric that does not apply to the model
+    (``NotApplicable``: ``depth_mixing`` on a Pre-LN model) is reported and skipped; when none of them applies
+    and ``require_any``, that is an error too. Returns ``{metric: seconds}``."""
+    from . import check_metric, run_metric
+    from .common import AnalysisContext, NotApplicable
 
     todo = [m for m in metrics if not (skip_done and os.path.isfile(os.path.join(out_dir, f"{m}.json")))]
     if not todo:
@@ -47,6 +55,39 @@ def analyze_target(target: str, metrics: list[str], out_dir: str, data: str | No
     if data is None:
         raise ValueError("--data is required: a token-shard folder (prepare-data output) or a text file")
     model, tokenizer = load_model(target, device=device, trust_remote_code=trust_remote_code)
+    windows, tokenizer = _windows(data, spec, tokenizer)
+    ctx = AnalysisContext(model, windows, spec, model_id=target, micro_batch_size=micro_batch_size,
+                          batched=batched, group_batch=group_batch, progress=progress, tokenizer=tokenizer)
+    options = options or {}
+    skipped: dict[str, str] = {}
+    for metric in todo:
+        try:
+            check_metric(ctx, metric, **options.get(metric, {}))
+        except NotApplicable as err:
+            skipped[metric] = str(err)
+    timings = {}
+    for metric in todo:
+        if metric in skipped:
+            log(f"{metric}: skipped ({skipped[metric]})")
+            continue
+        try:
+            result = run_metric(ctx, metric, out_dir, **options.get(metric, {}))
+        except NotApplicable as err:
+            skipped[metric] = str(err)
+            log(f"{metric}: skipped ({err})")
+            continue
+        timings[metric] = result.seconds
+        log(f"{metric}: {result.seconds:.1f} s -> {os.path.join(out_dir, metric + '.json')}")
+    if require_any and not timings:
+        raise NotApplicable(f"no metric was computed for {target}: "
+                            + "; ".join(f"{m}: {why}" for m, why in skipped.items()))
+    return timings
+
+
+def _windows(data: str, spec, tokenizer):
+    """The analysis windows of ``data`` and the tokenizer (the model's, else the data folder's)."""
+    from .sampling import load_windows
+
     if tokenizer is None and os.path.isdir(data):
         from transformers import AutoTokenizer
 
@@ -54,20 +95,7 @@ def analyze_target(target: str, metrics: list[str], out_dir: str, data: str | No
 
         tok_dir = os.path.join(data, load_meta(data).get("tokenizer_dir", "tokenizer"))
         tokenizer = AutoTokenizer.from_pretrained(tok_dir) if os.path.isdir(tok_dir) else None
-    windows = load_windows(data, spec, tokenizer)
-    ctx = AnalysisContext(model, windows, spec, model_id=target, micro_batch_size=micro_batch_size,
-                          batched=batched, group_batch=group_batch, progress=progress, tokenizer=tokenizer)
-    options = options or {}
-    timings = {}
-    for metric in todo:
-        try:
-            result = run_metric(ctx, metric, out_dir, **options.get(metric, {}))
-        except ValueError as err:
-            log(f"{metric}: skipped ({err})")
-            continue
-        timings[metric] = result.seconds
-        log(f"{metric}: {result.seconds:.1f} s -> {os.path.join(out_dir, metric + '.json')}")
-    return timings
+    return load_windows(data, spec, tokenizer), tokenizer
 
 
 def analyze_sweep(sweep_dir: str, metrics: list[str], data: str | None, spec, *, out_root: str | None = None,
@@ -94,5 +122,5 @@ def analyze_sweep(sweep_dir: str, metrics: list[str], data: str | None, spec, *,
     for k, run in enumerate(runs):
         log(f"[{k + 1}/{len(runs)}] {run['run_id']}")
         analyze_target(run["model_dir"], metrics, os.path.join(root, run["run_id"]), data, copy.copy(spec),
-                       skip_done=not force, log=log, **kwargs)
+                       skip_done=not force, require_any=False, log=log, **kwargs)
     return write_comparison(sweep_dir, log=log)

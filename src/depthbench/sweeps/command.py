@@ -78,7 +78,8 @@ def _cmd_sweep(args) -> int:
         print(f"wrote {path} ({len(spec.runs())} array tasks) and {os.path.join(args.out, 'runs.txt')}; "
               f"submit with: sbatch {path}; afterwards: depthbench report {args.out}")
         return 0
-    rows = run_sweep(spec, args.out, launcher=args.launcher, accelerate_args=args.accelerate_args)
+    rows = run_sweep(spec, args.out, launcher=args.launcher, accelerate_args=args.accelerate_args,
+                     wait_for_writer=args.wait_for_writer or 0.0)
     print()
     print_table(rows)
     return 0
@@ -106,6 +107,8 @@ def register_cli(subparsers) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="run-config override for every run")
     p.add_argument("--out", default="runs/sweep", help="results folder (default runs/sweep)")
     p.add_argument("--name", help="sweep name (default: the folder name)")
+    p.add_argument("--wait-for-writer", type=float, metavar="SECONDS",
+                   help="wait up to SECONDS while another live launcher runs this --out folder (default: refuse)")
     p.add_argument("--launcher", choices=["local", "accelerate"], default="local",
                    help="local: one run after another in this process; accelerate: each run under accelerate launch")
     p.add_argument("--accelerate-args", default="",

@@ -13,7 +13,9 @@ run (``depthbench.training.train``) in ``<out>/runs/<run id>/``; finished runs (
 ``finished``, or ``diverged``: a non-finite loss is a result of that learning rate, not a crash) are skipped and
 unfinished ones resume from their latest checkpoint, so an interrupted sweep continues where it stopped. The sweep
 definition is stored in ``<out>/sweep.json``; re-running a different definition in the same folder is refused
-(nothing is overwritten).
+(nothing is overwritten). One launcher per sweep folder: the launcher holds the folder's lease
+(``depthbench.lease``, ``<out>/writer.lease``) while it runs, so a second launcher is refused naming it (or waits,
+``--wait-for-writer``); each run's own folder is held by the process that trains it.
 
 Shapes are named grid shapes (``tiny-L4``, resolved by ``depthbench.shapes.get_shape`` in the trainer) or, with
 ``--budget N --depths ...``, design-rule shapes from ``depthbench.shapes.shape_for_budget`` named
@@ -32,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from depthbench import atomic, runs
+from depthbench import atomic, lease, runs
 from depthbench.config import load_run_config
 from depthbench.errors import Failed
 from depthbench.sweeps.report import collect_results, write_report
@@ -49,6 +51,7 @@ def run_sweep(
     *,
     launcher: str = "local",
     accelerate_args: str = "",
+    wait_for_writer: float = 0.0,
     log: Callable[..., None] = print,
 ) -> list[dict[str, Any]]:
     """Run (or continue) every point of ``spec`` into ``out_dir``; returns the result rows.
@@ -58,8 +61,12 @@ def run_sweep(
     (non-finite loss) is recorded with status ``diverged`` and the sweep goes on; a run stopped by a signal
     (SIGTERM/SIGINT: checkpointed) stops the sweep, and the next invocation resumes it.
 
+    The launcher holds ``out_dir``'s lease (:mod:`depthbench.lease`) from before the definition is claimed until
+    it returns; with another live launcher there it waits up to ``wait_for_writer`` seconds.
+
     Raises:
         SweepError: Invalid definition, a folder of another sweep, missing data, or a failed run.
+        depthbench.lease.LeaseHeld: Another live launcher runs this sweep folder (it is named).
     """
     if launcher not in ("local", "accelerate"):
         raise SweepError(f"launcher={launcher!r} is not allowed: launcher must be 'local' or 'accelerate'")
@@ -69,7 +76,17 @@ def run_sweep(
     if not data_dir or not os.path.isfile(os.path.join(data_dir, "meta.json")):
         raise SweepError(f"data.data_dir={data_dir!r} is not a prepared data folder (no meta.json); prepare one with "
                          "`depthbench prepare-data` and pass it with --data (nothing was written)")
-    claim_folder(spec, out_dir)
+    hint = ("Wait for it to finish, or pass --wait-for-writer SECONDS to wait for it; a launcher that died does not "
+            "block (its pid on its host, elsewhere its heartbeat: DEPTHBENCH_LEASE_TIMEOUT).")
+    with lease.acquire(out_dir, what="depthbench sweep launcher", wait=wait_for_writer, hint=hint,
+                       log=lambda msg: log(f"depthbench sweep: {msg}")):
+        claim_folder(spec, out_dir)
+        return _run_points(spec, out_dir, launcher, accelerate_args, log)
+
+
+def _run_points(spec: SweepSpec, out_dir: str, launcher: str, accelerate_args: str, log: Callable[..., None]
+                ) -> list[dict[str, Any]]:
+    """Every point of ``spec`` in turn (finished ones skipped), then the report; the sweep lease is held."""
     points = spec.runs()
     started = time.time()
     for k, point in enumerate(points, 1):

@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", help="run folder (output_dir)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
     parser.add_argument("--overwrite", action="store_true", help="start over in an --output that holds a run")
+    parser.add_argument("--wait-for-writer", type=float, metavar="SECONDS",
+                        help="wait up to SECONDS while another live process trains into --output (wait_for_writer; "
+                             "default: refuse at once, naming it)")
     parser.add_argument("--layer-stats-every", type=int, help="log per-block statistics every N steps")
     parser.add_argument("--profile", action="store_true", help="report the share of step time outside the model")
     parser.add_argument("--verify-data", action="store_true",
@@ -51,7 +54,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     flags = []
     for attr, key in (("arch", "model.arch"), ("shape", "model.shape"), ("model_config", "model.config_path"),
                       ("data", "data.data_dir"), ("output", "output_dir"),
-                      ("layer_stats_every", "train.layer_stats_every")):
+                      ("layer_stats_every", "train.layer_stats_every"), ("wait_for_writer", "wait_for_writer")):
         value = getattr(args, attr, None)
         if value is not None:
             flags.append(f"{key}={json.dumps(value)}")

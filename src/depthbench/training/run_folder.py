@@ -3,6 +3,11 @@
 :func:`prepare_output_dir` decides; :data:`IDENTITY_KEYS` are the settings a resume may not change (each with the
 reason), :data:`SAFE_ON_RESUME` the ones it may. The folder's layout is described in ``depthbench.training.trainer``,
 checkpoints in ``depthbench.training.checkpoint``.
+
+One writer per run folder: before deciding anything the main process takes the folder's lease
+(``depthbench.lease``: ``writer.lease``, refreshed while the run trains, released when ``train()`` returns or
+raises), so a second process training into the same folder is refused naming the holder, or waits with
+``wait_for_writer`` seconds; a holder that died does not block it. Every rank agrees on the outcome.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from depthbench import atomic
+from depthbench import atomic, lease
 from depthbench.config import RunConfig, RunConfigError
 from depthbench.training.checkpoint import CheckpointError, TrainingError, checkpoint_names, find_resume_checkpoint
 
@@ -44,7 +49,7 @@ IDENTITY_KEYS = {
 SAFE_ON_RESUME = ("optim.lr", "optim.grad_clip", "train.max_steps", "train.max_tokens", "train.stop_at_step")
 
 #: ``--resume`` with a changed key outside these is refused with the key's reason.
-_FREE_KEYS = ("resume", "overwrite", "output_dir")
+_FREE_KEYS = ("resume", "overwrite", "output_dir", "wait_for_writer")
 
 
 @dataclass
@@ -114,6 +119,31 @@ def _check_writable(out: str) -> None:
                              "or fix its permissions / free space (nothing was written)") from None
 
 
+def hold_output_dir(cfg: RunConfig, log) -> None:
+    """Take the run folder's lease for this process (main process only), waiting up to ``cfg.wait_for_writer``
+    seconds for a live holder; :class:`depthbench.lease.LeaseHeld` names the holder."""
+    hint = (f"Wait for it to finish, or pass --wait-for-writer SECONDS (wait_for_writer=SECONDS) to wait for it. A "
+            f"holder that died does not block: on its own host its pid is checked, from other hosts it counts as "
+            f"dead {lease.stale_after():.0f} s after its last heartbeat (DEPTHBENCH_LEASE_TIMEOUT).")
+    try:
+        lease.acquire(cfg.output_dir, what="depthbench train", wait=cfg.wait_for_writer, hint=hint, log=log)
+    except OSError as exc:
+        raise RunConfigError(f"output_dir {cfg.output_dir} is not writable ({exc.strerror or exc}): choose another "
+                             "--output or fix its permissions / free space (nothing was written)") from None
+
+
+def release_output_dir(out: str) -> None:
+    """Release this process's lease on run folder ``out`` (if it holds one): ``train()`` calls it when done."""
+    lease.release(out)
+
+
+def _undo_created(folders: list[str]) -> None:
+    """Remove the folders a refused start created (when still empty)."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
+
+
 def agree(acc, error: BaseException | None) -> None:
     """Raise ``error`` on every rank when any rank has one (others get a :class:`TrainingError` pointing at it), so
     a check done on the main process cannot leave the other ranks waiting in a collective."""
@@ -140,7 +170,11 @@ def prepare_output_dir(cfg: RunConfig, acc, log=None) -> RunStart:
     record_path = os.path.join(out, "run_config.json")
     ckpt_root = os.path.join(out, "checkpoints")
     start, error = RunStart(), None
+    created = [] if os.path.isdir(ckpt_root) else [ckpt_root]
     try:
+        if acc.is_main_process:
+            hold_output_dir(cfg, log)
+            _check_writable(out)
         try:
             record = atomic.read_json(record_path)
         except (OSError, ValueError) as exc:
@@ -173,10 +207,11 @@ def prepare_output_dir(cfg: RunConfig, acc, log=None) -> RunStart:
                                  "pass --resume to continue it or --overwrite to start over")
         elif record is not None and not holds_work and acc.is_main_process and not cfg.overwrite:
             log(f"{record_path} is from a run that stopped before its first step; starting it again")
-        if acc.is_main_process:
-            _check_writable(out)
-    except (RunConfigError, TrainingError) as exc:
+    except (RunConfigError, TrainingError, lease.LeaseHeld) as exc:
         error = exc
+    if error is not None and acc.is_main_process:
+        _undo_created(created)
+        release_output_dir(out)  # also removes out/ when the lease created it and it is empty
     agree(acc, error)
     if acc.is_main_process and cfg.overwrite and start.checkpoint is None:
         for name in ("checkpoints", "final", "final.tmp", "tensorboard"):

@@ -37,6 +37,7 @@ Run directory (``output_dir``)::
     final/                   HF export of the finished model (AutoModelForCausalLM.from_pretrained(final))
     summary.json             the dict returned by train()
     tensorboard/             with track.tensorboard=true
+    writer.lease             while a process trains here: who holds the folder (depthbench.lease)
 
 Recipe (the study's pretraining recipe): AdamW (0.9, 0.95), eps 1e-8, weight decay 0.1 except norm gains, biases
 and each architecture's ``no_decay`` parameters (static mixing, pseudo-queries; the reference code decayed all of
@@ -59,6 +60,7 @@ import time
 
 from depthbench.config import RunConfig
 from depthbench.training.run import Run
+from depthbench.training.run_folder import release_output_dir
 from depthbench.training.signals import StopFlag
 
 
@@ -66,9 +68,12 @@ def train(cfg: RunConfig) -> dict:
     """Train ``cfg`` (resuming when ``cfg.resume``) and return the run summary (see the module docstring)."""
     stop = StopFlag(cfg.train.preempt_signal)
     with stop.installed():  # from the start: a stop signal during setup stops after the first step
-        run = Run(cfg)
-        stop.acc = run.accelerator
-        return _loop(run, stop)
+        try:
+            run = Run(cfg)
+            stop.acc = run.accelerator
+            return _loop(run, stop)
+        finally:
+            release_output_dir(cfg.output_dir)  # the run folder's lease (taken in Run: run_folder.prepare_output_dir)
 
 
 def _loop(run: Run, stop: StopFlag) -> dict:
