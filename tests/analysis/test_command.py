@@ -159,3 +159,21 @@ def test_a_target_where_no_metric_applies_is_an_error(sweep, tmp_path, capsys):
                  str(sweep.parent / "data"), "-o", str(out), *COMMON]) == 2
     err = capsys.readouterr().err
     assert "no metric was computed" in err and "attention-residual" in err and "hyper-connection" in err
+
+
+def test_usefulness_short_of_windows_is_skipped_from_the_default_list_and_an_error_by_name(sweep, tmp_path,
+                                                                                            capsys):
+    from depthbench.analysis.runner import analyze_target
+    from depthbench.analysis.sampling import WindowSpec
+
+    data, logs = str(sweep.parent / "data"), []
+    spec = WindowSpec(num_samples=4, seq_len=16)  # pre_ln tiny: D = 32, the fit half holds 2 x 16 = 32 < 33 tokens
+    timings = analyze_target(str(_ckpt(sweep)), ["angular", "usefulness"], str(tmp_path / "a"), data, spec,
+                             named=set(), progress=False, log=logs.append)
+    assert set(timings) == {"angular"}
+    assert any(line.startswith("usefulness: skipped") and "--num-samples 5 or more" in line for line in logs)
+    assert not (tmp_path / "a" / "usefulness.json").exists()
+    assert main(["analyze", str(_ckpt(sweep)), "--metrics", "angular,usefulness", "--data", data, "-o",
+                 str(tmp_path / "b"), *COMMON]) == 2
+    assert "--num-samples 5 or more" in capsys.readouterr().err
+    assert not (tmp_path / "b" / "angular.json").exists()  # refused before anything was computed

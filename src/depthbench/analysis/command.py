@@ -42,15 +42,18 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from .sampling import WindowSpec
 
     metrics = parse_metrics(args.metrics)
+    named = set(metrics) if args.metrics else set()  # the default list: a metric short of windows is skipped
     spec = WindowSpec(num_samples=args.num_samples, seq_len=args.seq_len, seed=args.seed, split=args.split,
                       cross_documents=args.cross_documents)
     common = dict(options=metric_options(args), device=args.device, trust_remote_code=args.trust_remote_code,
                   micro_batch_size=args.micro_batch_size, batched=not args.no_batching, group_batch=args.group_batch,
                   progress=not args.no_progress)
     if is_sweep(args.target):
-        analyze_sweep(args.target, metrics, args.data, spec, out_root=args.output, force=args.force, **common)
+        analyze_sweep(args.target, metrics, args.data, spec, out_root=args.output, force=args.force, named=named,
+                      **common)
     else:
-        analyze_target(args.target, metrics, args.output or _default_out(args.target), args.data, spec, **common)
+        analyze_target(args.target, metrics, args.output or _default_out(args.target), args.data, spec, named=named,
+                       **common)
     return 0
 
 

@@ -28,6 +28,11 @@ def late_start(num_layers: int) -> int:
     return int(num_layers * LATE_START_FRACTION)
 
 
+class NeedsMoreData(ValueError):
+    """The windows are too few for the metric (the message says how many are needed): an error when the metric was
+    asked for by name, a skip with that message when it only came with the default metric list."""
+
+
 class NotApplicable(ValueError):
     """The metric does not exist for this model (depth-mixing weights of a Pre-LN model, the Jacobian of a structured
     stream): ``depthbench analyze`` reports it and goes on with the other metrics (an error when no metric applies);

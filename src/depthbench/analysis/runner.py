@@ -36,6 +36,7 @@ def analyze_target(target: str, metrics: list[str], out_dir: str, data: str | No
                    options: dict[str, dict[str, Any]] | None = None, skip_done: bool = False, device: str | None = None,
                    trust_remote_code: bool = False, micro_batch_size: int = 4, batched: bool = True,
                    group_batch: int = 8, progress: bool = True, require_any: bool = True,
+                   named: set[str] | None = None,
                    log=print) -> dict[str, float]:
     """Run ``metrics`` on one model (checkpoint folder, run folder or Hub id) over windows of ``data`` (token-shard
     folder or text file, drawn by the :class:`~depthbench.analysis.sampling.WindowSpec` ``spec``), writing
@@ -44,9 +45,11 @@ def analyze_target(target: str, metrics: list[str], out_dir: str, data: str | No
     Every metric's options are checked against the model before any metric runs (bad options, windows longer
     than the model's positions: ``ValueError``, nothing written). A metric that does not apply to the model
     (``NotApplicable``: ``depth_mixing`` on a Pre-LN model) is reported and skipped; when none of them applies
-    and ``require_any``, that is an error too. Returns ``{metric: seconds}``."""
+    and ``require_any``, that is an error too. Too few windows for a metric (``NeedsMoreData``) is an error for the
+    metrics in ``named`` (the ones the user asked for by name; ``None`` = all of ``metrics``) and a skip with the
+    message for the others (those that came with the default list). Returns ``{metric: seconds}``."""
     from . import check_metric, run_metric
-    from .common import AnalysisContext, NotApplicable
+    from .common import AnalysisContext, NeedsMoreData, NotApplicable
 
     todo = [m for m in metrics if not (skip_done and os.path.isfile(os.path.join(out_dir, f"{m}.json")))]
     if not todo:
@@ -64,6 +67,10 @@ def analyze_target(target: str, metrics: list[str], out_dir: str, data: str | No
         try:
             check_metric(ctx, metric, **options.get(metric, {}))
         except NotApplicable as err:
+            skipped[metric] = str(err)
+        except NeedsMoreData as err:
+            if named is None or metric in named:
+                raise
             skipped[metric] = str(err)
     timings = {}
     for metric in todo:

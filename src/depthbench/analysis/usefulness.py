@@ -29,7 +29,7 @@ import warnings
 import numpy as np
 import torch
 
-from .common import AnalysisContext, MetricResult, line_plot
+from .common import AnalysisContext, MetricResult, NeedsMoreData, line_plot
 from .state import Group, chunked, run_groups, token_losses
 
 METRIC_ID = "usefulness"
@@ -153,7 +153,7 @@ def check_fit(ctx: AnalysisContext) -> int:
     seq = ctx.windows.shape[1]
     if fit.size < unknowns or len(score) == 0:
         need = max(2, 2 * math.ceil(unknowns / seq) - 1)
-        raise ValueError(
+        raise NeedsMoreData(
             f"usefulness fits an affine map with {unknowns} unknowns per output channel (stream width "
             f"{unknowns - 1} plus a bias) on every other window and scores it on the others: it needs at least "
             f"{unknowns} tokens to fit, the {len(ctx.windows)} windows of {seq} tokens give {fit.size}; pass "
