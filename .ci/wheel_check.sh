@@ -32,9 +32,10 @@ if git -C "$repo" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
 else
     cp -r "$repo/." "$work/source"
 fi
+start=$SECONDS
 (cd "$work/source" && "$PYTHON" -m pip wheel . --no-deps --disable-pip-version-check -q -w "$work/dist")
 wheel="$(ls "$work"/dist/depthbench-*.whl)"
-echo "built $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB)"
+echo "built $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB) in $((SECONDS - start)) s"
 echo "::endgroup::"
 
 echo "::group::install it into a fresh venv"
@@ -142,7 +143,15 @@ train() {  # 3 steps of a tiny pre_ln from the run file shipped in the package (
     depthbench train -c demo.yaml --arch pre_ln --shape tiny-L2 --data data -o run \
         train.max_steps=3 train.global_batch_size=4 train.micro_batch_size=4 train.eval_every=3 \
         data.seq_len=32 data.eval_sequences=4 checkpoint.every=3
-    ls run/final/config.json run/final/README.md
+    ls run/final/config.json run/final/modeling_pre_ln.py  # the export carries its remote code
+    python - <<'PY'
+import importlib.metadata
+
+card = " ".join(open("run/final/README.md", encoding="utf-8").read().split())
+written_by = f"This card was written by depthbench {importlib.metadata.version('depthbench')}."
+assert written_by in card, "the model card does not name the installed version"
+print(written_by)
+PY
 }
 
 analyze() {
@@ -176,4 +185,4 @@ if [ "${#failed[@]}" -ne 0 ]; then
     echo "wheel check FAILED: ${failed[*]}" >&2
     exit 1
 fi
-echo "wheel check passed"
+echo "wheel check passed ($SECONDS s)"
