@@ -22,8 +22,8 @@ from depthbench.registry import ARCHITECTURES
 from depthbench.shapes import GRIDS, _backbone_counts, grid_shapes
 
 HEAVY = ("torch", "transformers", "numpy", "datasets", "accelerate", "lm_eval", "matplotlib", "huggingface_hub")
-FAST_COMMANDS = [["--help"], ["archs"], ["archs", "--json"], ["shapes"], ["shapes", "400m"],
-                 ["shapes", "tiny", "--csv"], ["shapes", "400m", "--arch", "mhc"],
+FAST_COMMANDS = [["--help"], ["--version"], ["tasks-path"], ["archs"], ["archs", "--json"], ["shapes"],
+                 ["shapes", "400m"], ["shapes", "tiny", "--csv"], ["shapes", "400m", "--arch", "mhc"],
                  ["shapes", "--budget", "20m", "--depths", "4,8", "--arch", "moda"], ["bench", "--help"]]
 
 

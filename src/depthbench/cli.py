@@ -1,6 +1,7 @@
 """The ``depthbench`` command line (console script declared in setup.py).
 
     depthbench --help
+    depthbench --version
     depthbench archs [--json]
     depthbench shapes 400m --arch mhc [--depths 16,24] [--json | --csv]
     depthbench bench --arch hc,mhc --shapes bench --quick
@@ -25,6 +26,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from depthbench import __version__
 from depthbench.errors import EXIT_OK, EXIT_USAGE, run_command
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -45,6 +47,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export-llama": ("depthbench.hub.export_llama", "export a pre_ln checkpoint as a stock LlamaForCausalLM"),
     "analyze": ("depthbench.analysis.command", "layer analyses of a checkpoint, a Hub model or every run of a sweep"),
     "released": ("depthbench.sweeps.released.command", "the study's released checkpoints: list them, re-measure them"),
+    "tasks-path": ("depthbench.evaluation.command", "print the installed lm-eval task folder (lm_eval --include_path)"),
     # (new commands: one line above this comment)
 }
 """Command name -> (module defining ``register_cli`` that adds it, one-line summary for ``depthbench --help``)."""
@@ -89,6 +92,7 @@ def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
         prog="depthbench",
         description="DepthBench: residual-connection architectures x width/depth aspect ratio, Hugging Face-native.",
     )
+    parser.add_argument("--version", action="version", version=f"depthbench {__version__}")
     return parser, parser.add_subparsers(dest="command", metavar="<command>")
 
 

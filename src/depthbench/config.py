@@ -258,10 +258,28 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
+SHIPPED_RUN_FILES = ("400m.yaml", "demo.yaml")
+"""The run files installed with the package (``src/depthbench/configs/``): the study's recipe and the CPU demo's."""
+
+
+def shipped_run_file(name: str) -> str | None:
+    """The path of the installed run file ``name`` (one of :data:`SHIPPED_RUN_FILES`), else ``None``."""
+    if name not in SHIPPED_RUN_FILES:
+        return None
+    from importlib import resources
+
+    path = resources.files("depthbench").joinpath("configs", name)
+    return str(path) if path.is_file() else None
+
+
 def read_config_file(path: str) -> dict[str, Any]:
-    """Read a YAML (``.yaml``/``.yml``) or JSON run file into a dict."""
+    """Read a YAML (``.yaml``/``.yml``) or JSON run file into a dict. A bare name of :data:`SHIPPED_RUN_FILES`
+    (``-c 400m.yaml``) that is not a file in the working directory reads the run file installed with the package."""
     if not os.path.isfile(path):
-        raise RunConfigError(f"run config file {path!r} does not exist")
+        path = shipped_run_file(path) or path
+    if not os.path.isfile(path):
+        raise RunConfigError(f"run config file {path!r} does not exist (the installed run files can be named "
+                             f"without a path: {', '.join(SHIPPED_RUN_FILES)})")
     with open(path, encoding="utf-8") as f:
         text = f.read()
     try:

@@ -10,6 +10,7 @@ Run: ``python -m pytest tests/hub/test_publish.py -q``
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
 import json
 import os
@@ -88,6 +89,8 @@ def test_card_loads_with_huggingface_hub_loaders(tiny_run, tmp_path):
     assert f"{summary['final_train_loss']:.4f}" in text and "![training and held-out loss](loss_curve.png)" in text
     assert (export / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert "[More Information Needed]" not in text
+    written_by = f"This card was written by depthbench {importlib.metadata.version('depthbench')}."
+    assert written_by in " ".join(text.split())  # the installed package's version (setup.py reads __version__)
 
 
 def test_checkpoint_exports_carry_cards(tiny_run):

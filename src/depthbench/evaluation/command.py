@@ -5,6 +5,7 @@ the model card.
     depthbench eval my-ckpt --tasks depthbench_nll,depthbench_zeroshot --batch-size 16 --device cuda
     depthbench eval my-ckpt --tasks depthbench_nll --data-dir nll_data --limit 100      # offline local copies
     depthbench eval runs/demo --tasks depthbench_synthetic      # a sweep folder: every run, resumable, + report
+    lm_eval --model hf --model_args pretrained=my-ckpt --include_path "$(depthbench tasks-path)" --tasks ...
 
 Errors are raised (``EvalError`` is a ``ValueError``: bad input); ``depthbench.cli`` turns them into the message
 and the exit code.
@@ -51,15 +52,27 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_tasks_path(args: argparse.Namespace) -> int:
+    print(tasks_dir())
+    return 0
+
+
 def register_cli(subparsers) -> None:
-    """Add ``depthbench eval``."""
+    """Add ``depthbench eval`` and ``depthbench tasks-path``."""
+    p = subparsers.add_parser(
+        "tasks-path", help="print the installed lm-eval task folder",
+        description="Print the lm-eval task folder installed with depthbench (the default --include-path of "
+                    "depthbench eval), to hand to the stock lm-eval CLI: "
+                    'lm_eval --model hf --include_path "$(depthbench tasks-path)" --tasks depthbench_synthetic ...',
+    )
+    p.set_defaults(func=_cmd_tasks_path)
     p = subparsers.add_parser(
         "eval", help="lm-eval on a checkpoint or every run of a sweep (results.json/.md, model card)",
         description="Evaluate a checkpoint (model folder, run folder or Hub id) in-process with lm-eval's HFLM "
-                    "and the tasks of eval_tasks/; writes <folder>/eval/results.json (lm-eval's format) and "
-                    "results.md and records the results in the model card's model-index. Given a sweep folder, "
-                    "evaluates every run (finished evaluations are skipped) and adds plots against aspect ratio "
-                    "and a section to the sweep's report.md.")
+                    "and the installed task folder (depthbench tasks-path); writes <folder>/eval/results.json "
+                    "(lm-eval's format) and results.md and records the results in the model card's model-index. "
+                    "Given a sweep folder, evaluates every run (finished evaluations are skipped) and adds plots "
+                    "against aspect ratio and a section to the sweep's report.md.")
     p.add_argument("checkpoint", help="model folder, run folder (uses final/), sweep folder, or Hub id")
     p.add_argument("--tasks", default=DEFAULT_TASKS, help=f"comma-separated tasks/groups (default {DEFAULT_TASKS})")
     p.add_argument("--limit", type=_limit, default=None, help="documents per task (or a fraction < 1)")

@@ -3,20 +3,25 @@ loading, one checkpoint (:func:`evaluate_checkpoint`) and every run of a sweep (
 
 The model is loaded once with ``AutoModelForCausalLM`` (depthbench's architectures are registered, any other
 causal LM folder or Hub id works too) and scored in-process by lm-eval's own ``HFLM`` wrapped around the model
-object, with this repository's ``eval_tasks/`` (:func:`tasks_dir`) on the task path. Every requested task or group
-is evaluated on its own and merged into ``<out>/results.json`` (lm-eval's result format) right away, so a failing
-task never loses the finished ones (nor stops the others: failures are raised together at the end), and a rerun
-skips what is already there (same ``--limit``).
+object, with the installed task folder (:func:`tasks_dir`: the repository's ``eval_tasks/``, installed as
+``depthbench.eval_tasks``) on the task path. Every requested task or group is evaluated on its own and merged into
+``<out>/results.json`` (lm-eval's result format) right away, so a failing task never loses the finished ones (nor
+stops the others: failures are raised together at the end), and a rerun skips what is already there (same
+``--limit``).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import functools
 import os
 import time
 from pathlib import Path
 from typing import Any
 
 from depthbench import atomic, runs
+from depthbench.errors import Failed
 from depthbench.evaluation.cards import record_in_model_card
 from depthbench.evaluation.results import add_token_weighted_groups, merge_results, render_results_md
 from depthbench.evaluation.sweep import write_sweep_eval_report
@@ -28,10 +33,32 @@ class EvalError(ValueError):
     """Bad input to ``depthbench eval`` (unknown task, missing tokenizer, ...); the message says what to change."""
 
 
+TASKS_PACKAGE = "depthbench.eval_tasks"
+"""The installed lm-eval task folder: the repository's ``eval_tasks/``, mapped to this package by setup.py."""
+
+_AS_FILE = contextlib.ExitStack()  # a task folder that had to be unpacked stays there until the process exits
+atexit.register(_AS_FILE.close)
+
+
+@functools.lru_cache(maxsize=1)
 def tasks_dir() -> Path:
-    """The lm-eval task folder shipped with this repository (``eval_tasks/`` next to ``src/``): the one place
-    that says where it is (the default ``--include-path``, and where the model card reads the NLL datasets)."""
-    return Path(__file__).resolve().parents[3] / "eval_tasks"
+    """The lm-eval task folder installed with depthbench (package data :data:`TASKS_PACKAGE`, read through
+    ``importlib.resources``: the wheel's copy in site-packages, the repository's ``eval_tasks/`` in an editable
+    install): the one place that says where it is (the default ``--include-path``, ``depthbench tasks-path``,
+    and where the model card reads the NLL datasets). lm-eval reads a real folder, which this always is.
+
+    Raises:
+        depthbench.errors.Failed: The installation has no task folder (an editable install made by an older
+            setup.py: run ``pip install -e .`` again).
+    """
+    from importlib import resources
+
+    try:
+        folder = resources.files(TASKS_PACKAGE)
+    except ModuleNotFoundError as exc:
+        raise Failed(f"this depthbench installation has no lm-eval task folder ({TASKS_PACKAGE}); reinstall it "
+                     "(pip install -e . in a checkout, or the wheel)") from exc
+    return Path(_AS_FILE.enter_context(resources.as_file(folder)))
 
 
 # ============================================================================================ lm-eval

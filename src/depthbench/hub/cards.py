@@ -236,7 +236,7 @@ def render_card(inputs: CardInputs, repo_id: str | None = None, revision: str | 
         base_model=inputs.source["repo"] if inputs.source and "/" in str(inputs.source.get("repo")) else None,
     )
     context = {
-        "model_id": repo_id, "load_repo": repo_id, "load_revision": revision,
+        "model_id": repo_id, "load_repo": repo_id, "load_revision": revision, "depthbench_version": _package_version(),
         "arch": {"id": arch.id, "name": name, "paper_url": arch.paper_url, "card": arch.card.split("\nArgs:")[0]},
         "shape": shape, "recipe": _recipe(inputs), "losses": losses, "loss_curve": loss_curve,
         "source": inputs.source, "approximations": inputs.approximations,
@@ -244,6 +244,13 @@ def render_card(inputs: CardInputs, repo_id: str | None = None, revision: str | 
                           f"the `main` branch holds the final model.") if revision and revision != "main" else None,
     }
     return ModelCard.from_template(data, template_str=template_text(), **context)
+
+
+def _package_version() -> str:
+    """The installed depthbench's version (its metadata, which setup.py takes from ``depthbench.__version__``)."""
+    from importlib.metadata import version
+
+    return version("depthbench")
 
 
 def _lr(inputs: CardInputs) -> float | None:
