@@ -15,7 +15,8 @@ setup(
     package_dir={"depthbench": "src/depthbench", "depthbench.modeling": "modeling",
                  "depthbench.model_cards": "model_cards"},
     packages=["depthbench", "depthbench.data", "depthbench.modeling", "depthbench.model_cards", "depthbench.hub"],
-    package_data={"depthbench": ["configs/*.yaml"], "depthbench.model_cards": ["*.md"]},
+    package_data={"depthbench": ["configs/*.yaml"], "depthbench.model_cards": ["*.md"],
+                  "depthbench.hub": ["*.txt"]},  # the readout evidence sample (hub/readout.py)
     install_requires=[
         "torch>=2.4",
         "transformers>=5.23,<5.25",
