@@ -415,10 +415,20 @@ def _hyper_connections(state: dict, model_cfg: dict, rnd) -> None:
         for j, side in enumerate(("attention", "feed_forward")):
             p = f"blocks.{i}.{side}_hyper_connection."
             state.update({p + k: v for k, v in make(rnd, d, n, 2 * i + j).items()})
-            # the connector holds its pre-norm branch: state_dict() lists the block's norm and sublayer again
+    with_branch_aliases(state, model_cfg["n_layers"])
+
+
+def with_branch_aliases(state: dict, n_layers: int) -> dict:
+    """Each HC/mHC connector holds its pre-norm branch (``PreNormAttentionBranch`` / ``PreNormFeedForwardBranch``
+    in ``block.py``), so the model's ``state_dict()`` lists the block's norm and sublayer a second time, under
+    ``blocks.i.<side>_hyper_connection.branch.*``; adds those names (the same tensors) to ``state``."""
+    for i in range(n_layers):
+        for j, side in enumerate(("attention", "feed_forward")):
+            p = f"blocks.{i}.{side}_hyper_connection."
             state[p + "branch.norm.weight"] = state[f"blocks.{i}.{side}_norm.weight"]
             for name in ([f"w_{x}" for x in ("q", "k", "v", "out")] if j == 0 else ["w1", "w2", "w3"]):
                 state[f"{p}branch.{side}.{name}.weight"] = state[f"blocks.{i}.{side}.{name}.weight"]
+    return state
 
 
 def fork_state(model_cfg: dict, seed: int = 0) -> dict:
@@ -471,3 +481,56 @@ def write_release(root: Path, name: str, step: int, state: dict, config: dict, t
 def release_files(release: Path) -> dict[str, bytes]:
     """Every file of a release folder by its path in the repository (what the loopback Hub serves)."""
     return {str(p.relative_to(release)): p.read_bytes() for p in release.rglob("*") if p.is_file()}
+
+
+def fork_init_state(model_cfg: dict, seed: int = 0) -> dict:
+    """An HC / mHC model as the fork initialises it (step 0): normal weights of std ``init_std`` (the attention and
+    FFN output matrices divided by sqrt(n)), unit norms, HC's static identity routing with zero dynamic projections
+    and 0.01 gates, mHC's gap-8 biases with zero projections and 0.01 gates."""
+    gen = torch.Generator().manual_seed(seed)
+    std, d = model_cfg.get("init_std", 0.02), model_cfg["d_model"]
+    hc = model_cfg["block"].get("hyper_connections") or {}
+    n = hc.get("num_residual_streams", 4)
+    state = {}
+    for k, v in _backbone(model_cfg, _rand(gen)).items():
+        scale = std / math.sqrt(n) if k.endswith(("attention.w_out.weight", "feed_forward.w2.weight")) else std
+        state[k] = torch.ones_like(v) if "norm" in k else scale * torch.randn(v.shape, generator=gen)
+    for i in range(model_cfg["n_layers"]):
+        for j, side in enumerate(("attention", "feed_forward")):
+            p, s = f"blocks.{i}.{side}_hyper_connection.", (2 * i + j) % n
+            init = _hc_init(d, n, s) if hc.get("kind", "hc") == "hc" else _mhc_init(d, n, s)
+            state.update({p + k: v for k, v in init.items()})
+    return with_branch_aliases(state, model_cfg["n_layers"])
+
+
+def _hc_init(d: int, n: int, s: int) -> dict:
+    alpha = torch.cat([torch.zeros(n, 1), torch.eye(n)], 1)
+    alpha[s, 0] = 1.0
+    return {"static_alpha": alpha, "dynamic_alpha_proj": torch.zeros(d, n + 1), "static_beta": torch.ones(n),
+            "dynamic_alpha_scale": torch.tensor(0.01), "dynamic_beta_proj": torch.zeros(d),
+            "dynamic_beta_scale": torch.tensor(0.01)}
+
+
+def _mhc_init(d: int, n: int, s: int) -> dict:
+    pre = torch.full((n,), -8.0)
+    pre[s] = 8.0
+    gates = {g: torch.tensor(0.01) for g in ("pre_gate", "post_gate", "residual_gate")}
+    return {"pre_bias": pre, "post_bias": torch.zeros(n), "residual_bias": torch.full((n, n), -8.0).fill_diagonal_(0.0),
+            "pre_dynamic_proj": torch.zeros(n * d, n), "post_dynamic_proj": torch.zeros(n * d, n),
+            "residual_dynamic_proj": torch.zeros(n * d, n * n), **gates}
+
+
+def train_fork(state: dict, model_cfg: dict, ids: list[int], steps: int, readout: str, lr: float = 1e-2,
+               window: int = 64) -> dict:
+    """``steps`` AdamW steps of the fork's model (its forward above) on windows of ``ids`` under ``readout``;
+    returns the trained state, with the branch aliases of the trained tensors."""
+    params = {k: v.clone().requires_grad_(True) for k, v in state.items() if ".branch." not in k}
+    rows = torch.tensor([ids[i:i + window + 1] for i in range(0, len(ids) - window - 1, window)])
+    optim = torch.optim.AdamW(params.values(), lr=lr, weight_decay=0.0)
+    for _ in range(steps):
+        logits = Fork(params, model_cfg).logits(rows[:, :-1], readout=readout)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), rows[:, 1:].reshape(-1))
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+    return with_branch_aliases({k: v.detach().clone() for k, v in params.items()}, model_cfg["n_layers"])
