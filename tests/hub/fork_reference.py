@@ -458,17 +458,27 @@ def fork_state(model_cfg: dict, seed: int = 0) -> dict:
     return state
 
 
+def keeps_fp32(name: str) -> bool:
+    """Parameters the fork creates in fp32 whatever the model dtype: the Liger connector's bias and gains
+    (``LigerHyperConnection``), the AttnRes queries and key norms (built without a dtype in ``block.py`` /
+    ``model.py``)."""
+    return any(part in name for part in ("_hyper_connection.b", "_hyper_connection.alpha_", "res_proj.", "res_norm."))
+
+
 def write_release(root: Path, name: str, step: int, state: dict, config: dict, tokenizer=None,
                   dtype: torch.dtype | None = None) -> Path:
     """``root/name`` laid out as the fork's trainer saves a run: ``stepN/config.json``, ``stepN/model_and_optim/``
-    (``torch.distributed.checkpoint``: model tensors and AdamW state) and ``tokenizer/``. Returns the step folder."""
+    (``torch.distributed.checkpoint``: model tensors and AdamW state) and ``tokenizer/``. ``dtype`` (the study's
+    runs: bf16) applies to every fp32 tensor but those the fork keeps in fp32 (:func:`keeps_fp32`). Returns the
+    step folder."""
     import torch.distributed.checkpoint as dcp
 
     step_dir = root / name / f"step{step}"
     step_dir.mkdir(parents=True, exist_ok=True)
     (step_dir / "config.json").write_text(json.dumps(config, indent=1))
-    model = {k: (v.to(dtype) if dtype is not None and v.dtype == torch.float32 else v).contiguous()
+    model = {k: (v.to(dtype) if dtype is not None and v.dtype == torch.float32 and not keeps_fp32(k) else v)
              for k, v in state.items()}
+    model = {k: v.contiguous() for k, v in model.items()}
     optim = {f"state.{k}.exp_avg": torch.zeros_like(v) for k, v in model.items()}
     optim.update({f"state.{k}.step": torch.tensor(float(step)) for k in model})
     dcp.save({"model": model, "optim": optim}, storage_writer=dcp.FileSystemWriter(str(step_dir / "model_and_optim")),

@@ -298,3 +298,67 @@ def test_cli_convert_end_to_end(tmp_path, capsys):
     assert "as pre_ln" in capsys.readouterr().out
     assert main(["convert", str(step), "-o", str(tmp_path / "out")]) == 2  # non-empty output folder: refused
     assert "--overwrite" in capsys.readouterr().err
+
+
+# ================================================================================================ refusals by name
+def _fork_release(tmp_path, block_name: str, block: dict | None = None, model: dict | None = None,
+                  name: str = "release"):
+    from tests.hub.fork_reference import fork_config, fork_state, write_release
+
+    config = fork_config(block_name, 64, block=block, model=model)
+    return write_release(tmp_path, name, 3, fork_state(config["model"]), config)
+
+
+def test_depth_width_init_that_no_base_width_explains_is_refused_by_name(tmp_path):
+    step = _fork_release(tmp_path, "depth_mup", {"residual_scaling_base_depth": 2},
+                         {"init_std": 0.023, "embedding_init_std": 0.02})
+    with pytest.raises(conv.ConversionError, match=r"model\.init_std=0\.023 with model\.embedding_init_std=0\.02 "
+                                                   r"\(the depth-width axis would need a base width of 42\.32, not"):
+        conv.convert(str(step), str(tmp_path / "hf"))
+    step = _fork_release(tmp_path / "b", "completep")
+    with pytest.raises(conv.ConversionError, match="residual_scaling_base_depth is missing"):
+        conv.convert(str(step), str(tmp_path / "hf"))
+
+
+def test_block_overrides_other_than_moda_s_last_block_are_refused(tmp_path):
+    from tests.hub.fork_reference import fork_config
+
+    block = fork_config("default", 64)["model"]["block"]
+    step = _fork_release(tmp_path, "default", model={"block_overrides": {"1": {**block, "name": "peri_norm"}}})
+    with pytest.raises(conv.ConversionError, match=r"model\.block_overrides \(per-block settings\)"):
+        conv.convert(str(step), str(tmp_path / "hf"))
+    moda = fork_config("moda", 64)["model"]["block"]
+    step = _fork_release(tmp_path / "b", "moda", model={"block_overrides": {"0": {**moda, "moda_skip_ffn_kv": True}}})
+    with pytest.raises(conv.ConversionError, match=r"block_overrides\[0\] \(only the last block's moda_skip_ffn_kv"):
+        conv.convert(str(step), str(tmp_path / "hf"))
+
+
+def test_a_block_attnres_release_without_its_block_size_names_options_that_exist(tmp_path):
+    from tests.hub.fork_reference import fork_config, fork_state
+
+    state = fork_state(fork_config("attnres", 64, block={"attnres_block_size": 2})["model"])
+    torch.save({"model": state}, tmp_path / "model.pt")  # no config.json: the name says Block AttnRes
+    with pytest.raises(conv.ConversionError) as exc:
+        conv.convert(str(tmp_path / "model.pt"), str(tmp_path / "hf"),
+                     repo_name="aspect-ratio-scaling/block-attnres-lr2e-3-llama-400M-L3-pretrain")
+    assert "model.block.attnres_block_size" in str(exc.value) and "--config" in str(exc.value)
+    assert "--set" not in str(exc.value)
+
+
+def test_every_option_an_error_message_names_exists():
+    """The messages of the conversion modules name only options ``depthbench convert`` has."""
+    import argparse
+    import re
+
+    from depthbench.hub import readout, release_files, settings, translators
+
+    parser = argparse.ArgumentParser()
+    conv.register_cli(parser.add_subparsers())
+    (convert_parser,) = parser._subparsers._group_actions[0].choices.values()
+    options = {s for action in convert_parser._actions for s in action.option_strings}
+    import inspect
+
+    named = set()
+    for module in (conv, readout, release_files, settings, translators):
+        named |= set(re.findall(r"(--[a-z][a-z-]*)", inspect.getsource(module)))
+    assert named and named <= options, sorted(named - options)

@@ -22,7 +22,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.hub.fork_reference import fork_config, fork_logits, fork_state, release_files, write_release
+from tests.hub.fork_reference import (
+    fork_config,
+    fork_logits,
+    fork_state,
+    keeps_fp32,
+    release_files,
+    write_release,
+)
 from tests.hub.hub_server import HubServer
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
@@ -167,3 +174,47 @@ def test_from_released_through_the_loopback_hub_equals_the_fork(tmp_path, tokeni
     print("\nmax relative difference against the fork reference:")
     for case, diffs in MEASURED.items():
         print(f"  {case:18s} " + "  ".join(f"{k} {v:.2e}" for k, v in diffs.items()))
+
+
+@pytest.mark.parametrize("case", ["pre_ln", "hc_sum", "moda"])
+def test_generate_stops_at_the_release_eos(case, tmp_path, tokenizer):
+    """The EOS id of ``dataset.tokenizer`` reaches ``generation_config.json``: greedy decoding stops when the model
+    emits it. The fixture's EOS is set to the token the fork's model predicts after the prompt."""
+    probe, state, model_cfg, ref_kwargs, conv_kwargs = case_release(case, tmp_path / "probe", tokenizer)
+    prompt = IDS[:1, :6]
+    eos = int(fork_logits(state, model_cfg, prompt, **ref_kwargs)[0, -1].argmax())
+    config = json.loads((probe / "config.json").read_text())
+    config["dataset"]["tokenizer"]["eos_token_id"] = eos
+    step = write_release(tmp_path, "release", 7, state, config, tokenizer)
+    from depthbench.hub import convert as conv
+
+    out = conv.convert(str(step), str(tmp_path / "hf"), **conv_kwargs)
+    generation = json.loads((Path(out) / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == eos and generation["pad_token_id"] == 1
+    _, model = converted_logits(out)
+    generated = model.generate(prompt, max_new_tokens=8, do_sample=False)
+    assert generated.shape[1] == prompt.shape[1] + 1 and int(generated[0, -1]) == eos
+
+
+def test_the_checkpoint_dtype_is_kept_unless_dtype_says_otherwise(tmp_path, tokenizer):
+    """A bf16 release converts to bf16 (the study's runs store bf16 parameters); ``--dtype float32`` converts to
+    float32. A Liger mHC release stores its gains and bias in fp32: bf16 rounds them, which the card says."""
+    from safetensors import safe_open
+
+    from depthbench.cli import main
+
+    step, state, model_cfg, _, _ = case_release("mhc_liger", tmp_path, tokenizer, dtype=torch.bfloat16)
+    assert main(["convert", str(step), "-o", str(tmp_path / "bf16")]) == 0
+    assert main(["convert", str(step), "-o", str(tmp_path / "fp32"), "--dtype", "float32"]) == 0
+    for folder, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        config = json.loads((tmp_path / folder / "config.json").read_text())
+        assert config["dtype"] == str(dtype).replace("torch.", "")
+        with safe_open(str(tmp_path / folder / "model.safetensors"), "pt") as f:
+            assert f.get_tensor("model.embed_tokens.weight").dtype == dtype
+    card = (tmp_path / "bf16" / "README.md").read_text()
+    assert "stored rounded to bfloat16; --dtype float32 keeps them exactly" in card
+    assert "rounded" not in (tmp_path / "fp32" / "README.md").read_text()
+    bf16_state = {k: v.to(torch.bfloat16) if v.dtype == torch.float32 and not keeps_fp32(k) else v
+                  for k, v in state.items()}
+    actual, _ = converted_logits(tmp_path / "fp32")
+    assert relative_difference(actual, fork_logits(bf16_state, model_cfg, IDS)) <= 1e-5  # exact from bf16 weights

@@ -50,6 +50,10 @@ def _torch_constant(name: str) -> bool:
     return isinstance(getattr(torch, name, None), (torch.dtype, torch.layout, torch.memory_format))
 
 
+class RefusedGlobal(pickle.UnpicklingError):
+    """A pickle asked for a global that is not part of a checkpoint's metadata (refused before it is looked up)."""
+
+
 class MetadataUnpickler(pickle.Unpickler):
     """Unpickles a distributed checkpoint's ``.metadata`` building only :data:`ALLOWED_METADATA_GLOBALS`, torch's
     dtype/layout/memory-format constants and :data:`METADATA_ALIASES`; any other global (a function a crafted file
@@ -59,7 +63,7 @@ class MetadataUnpickler(pickle.Unpickler):
         module, name = METADATA_ALIASES.get((module, name), (module, name))
         if (module, name) in ALLOWED_METADATA_GLOBALS or (module == "torch" and _torch_constant(name)):
             return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"global {module}.{name} is not part of a checkpoint's metadata")
+        raise RefusedGlobal(f"global {module}.{name} is not part of a checkpoint's metadata")
 
 
 def read_dcp_metadata(path: str):
@@ -73,9 +77,9 @@ def read_dcp_metadata(path: str):
     try:
         with open(path, "rb") as f:
             metadata = MetadataUnpickler(f).load()
-    except pickle.UnpicklingError as exc:
+    except RefusedGlobal as exc:
         raise ConversionError(f"{path} is not a checkpoint's metadata, refused without running it: {exc}") from None
-    except (EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError) as exc:
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError) as exc:
         raise ConversionError(f"{path} is truncated or corrupt ({type(exc).__name__}: {exc}); download it "
                               "again") from None
     if not hasattr(metadata, "state_dict_metadata"):
