@@ -67,14 +67,38 @@ class AttnResConfig(DepthBenchConfig):
     Paper: https://arxiv.org/abs/2603.15031
 
     Where the DepthBench reference code and this port differ: the reference fuses an output RMSNorm into the mix
-    that borrows the block's pre-norm gain but uses eps 1e-5; here the mix goes through the sublayer's own norm
-    (``input_layernorm`` / ``post_attention_layernorm``, model eps), the same function up to eps, which keeps
-    Llama's parameter names. The key norm also uses the model's ``rms_norm_eps`` (reference: 1e-5). Queries and key
-    gains get no weight decay (the reference decays them, pulling the mixing towards uniform). The optional
-    reference ablations (per-source bias, learnable logit scale, top-k) are not implemented.
+    that borrows the block's pre-norm gain; here the mix goes through the sublayer's own norm (``input_layernorm`` /
+    ``post_attention_layernorm``, and ``model.norm`` for the final mix), the same function, which keeps Llama's
+    parameter names. The reference's key norms, fused output norms and final mix use OLMo-core's RMSNorm default
+    eps 1e-5 while its first attention norm (on the raw embedding) uses the model's eps: ``attnres_mix_eps=1e-5``
+    reproduces that placement exactly (``depthbench convert`` sets it); the default (``None``) uses
+    ``rms_norm_eps`` everywhere. Queries and key gains get no weight decay (the reference decays them, pulling the
+    mixing towards uniform). The optional reference ablations (per-source bias, learnable logit scale, top-k) are
+    not implemented.
+
+    Args:
+        attnres_mix_eps: Epsilon of every norm that reads a depth mixture: the key norms, the sublayer norms of
+            every sublayer but the first (block 0's attention reads the raw embedding and keeps ``rms_norm_eps``)
+            and the final norm. ``None`` (default) means ``rms_norm_eps``.
+        **kwargs: Backbone fields of :class:`DepthBenchConfig`.
     """
 
     model_type = "depthbench_attnres"
+
+    def __init__(self, attnres_mix_eps: float | None = None, **kwargs):
+        self.attnres_mix_eps = attnres_mix_eps
+        super().__init__(**kwargs)
+
+    @property
+    def resolved_mix_eps(self) -> float:
+        """The eps of the norms that read a depth mixture (``attnres_mix_eps`` or ``rms_norm_eps``)."""
+        return float(self.attnres_mix_eps) if self.attnres_mix_eps is not None else float(self.rms_norm_eps)
+
+    def validate(self) -> None:
+        super().validate()
+        eps = self.attnres_mix_eps
+        ok = eps is None or (isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0)
+        self._check(ok, "attnres_mix_eps", eps, "None (rms_norm_eps) or a positive number")
 
     @property
     def attnres_sublayers_per_block(self) -> int:
@@ -240,7 +264,7 @@ class AttnResResidual(_MixerMixin, Residual):
     def __init__(self, config: AttnResConfig, index: int):
         super().__init__(config, index)
         self.block_size = config.attnres_sublayers_per_block
-        self.eps = config.rms_norm_eps
+        self.eps = config.resolved_mix_eps
         if index > 0:
             self.query = nn.Parameter(torch.zeros(config.hidden_size))
             self.key_gain = nn.Parameter(torch.ones(config.hidden_size))
@@ -308,7 +332,7 @@ class AttnResWiring(_MixerMixin, Wiring):
 
     def __init__(self, config: AttnResConfig):
         super().__init__(config)
-        self.eps = config.rms_norm_eps
+        self.eps = config.resolved_mix_eps
         self.num_sublayers = config.num_sublayers
         self.query = nn.Parameter(torch.zeros(config.hidden_size))
         self.key_gain = nn.Parameter(torch.ones(config.hidden_size))
@@ -398,7 +422,21 @@ class AttnResWiring(_MixerMixin, Wiring):
 
 
 # ================================================================================================ HF models
-class AttnResModel(DepthBenchModel):
+class _MixNormEps:
+    """Decoder mixin: every norm that reads a depth mixture uses ``attnres_mix_eps`` (see :class:`AttnResConfig`):
+    the sublayer norms of all sublayers but block 0's attention (whose only source is the raw embedding) and the
+    final norm. The norms stay the backbone's own modules (Llama's names); only their eps changes."""
+
+    def __init__(self, config: AttnResConfig):
+        super().__init__(config)
+        eps = config.resolved_mix_eps
+        mixture_norms = [layer.post_attention_layernorm for layer in self.layers]
+        mixture_norms += [layer.input_layernorm for layer in self.layers[1:]] + [self.norm]
+        for norm in mixture_norms:
+            norm.variance_epsilon = eps
+
+
+class AttnResModel(_MixNormEps, DepthBenchModel):
     config_class = AttnResConfig
     wiring_class = AttnResWiring
 
@@ -408,7 +446,7 @@ class AttnResForCausalLM(DepthBenchForCausalLM):
     model_class = AttnResModel
 
 
-class BlockAttnResModel(DepthBenchModel):
+class BlockAttnResModel(_MixNormEps, DepthBenchModel):
     config_class = BlockAttnResConfig
     wiring_class = AttnResWiring
 

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from .configuration_depthbench import DepthBenchConfig
+from .configuration_depthbench import NORM_TYPES, DepthBenchConfig
 from .modeling_depthbench import (
     Branch,
     DepthBenchForCausalLM,
@@ -19,6 +19,7 @@ from .modeling_depthbench import (
     Residual,
     Wiring,
 )
+from .norms import NORM_CLASSES
 from .numerics import upcast
 
 DEEPNORM_BASE_INITS = ("normal", "xavier")
@@ -41,7 +42,9 @@ class DeepNormConfig(DepthBenchConfig):
 
     * ``norm_type`` defaults to ``"layernorm"`` (mean-centred, gain only, no bias) because the study's DeepNorm
       runs switch RMSNorm to LayerNorm (a confound against the other architectures; set ``norm_type="rmsnorm"``
-      to remove it). The final norm follows ``norm_type`` as well (the reference is ambiguous there).
+      to remove it). The final norm follows ``norm_type`` unless ``deepnorm_final_norm_type`` names another type:
+      the study's entry script switches only the block norms, so its checkpoints keep an RMSNorm LM-head norm
+      (``depthbench convert`` sets ``deepnorm_final_norm_type="rmsnorm"`` for them).
     * ``deepnorm_base_init`` defaults to ``"normal"``: truncated normal with std ``initializer_range`` (0.02) as in
       the study's reference, so only the beta factor differs from the other architectures. The paper (and
       torchscale) use Xavier-normal, available as ``"xavier"`` (std ``sqrt(2 / (fan_in + fan_out))``, times beta
@@ -56,6 +59,8 @@ class DeepNormConfig(DepthBenchConfig):
         deepnorm_beta: Init gain of W_v, W_o and the FFN; ``None`` (default) means ``(8N)^(-1/4)``, ``1.0`` turns
             the beta-init off. Must be positive.
         deepnorm_base_init: ``"normal"`` (reference, default) or ``"xavier"`` (paper).
+        deepnorm_final_norm_type: Type of the final norm (``"rmsnorm"`` or ``"layernorm"``); ``None`` (default)
+            means ``norm_type``. Its eps is ``rms_norm_eps``.
         **kwargs: Backbone fields of :class:`DepthBenchConfig`.
     """
 
@@ -67,11 +72,13 @@ class DeepNormConfig(DepthBenchConfig):
         deepnorm_alpha: float | None = None,
         deepnorm_beta: float | None = None,
         deepnorm_base_init: str = "normal",
+        deepnorm_final_norm_type: str | None = None,
         **kwargs,
     ):
         self.deepnorm_alpha = deepnorm_alpha
         self.deepnorm_beta = deepnorm_beta
         self.deepnorm_base_init = deepnorm_base_init
+        self.deepnorm_final_norm_type = deepnorm_final_norm_type
         super().__init__(norm_type=norm_type, **kwargs)
 
     def validate(self) -> None:
@@ -82,6 +89,14 @@ class DeepNormConfig(DepthBenchConfig):
             self._check(ok, field, value, "None (the paper's formula) or a positive number")
         self._check(self.deepnorm_base_init in DEEPNORM_BASE_INITS, "deepnorm_base_init", self.deepnorm_base_init,
                     f"one of {list(DEEPNORM_BASE_INITS)}")
+        final = self.deepnorm_final_norm_type
+        self._check(final is None or final in NORM_TYPES, "deepnorm_final_norm_type", final,
+                    f"None (norm_type) or one of {list(NORM_TYPES)}")
+
+    @property
+    def resolved_final_norm_type(self) -> str:
+        """The final norm's type: ``deepnorm_final_norm_type`` or ``norm_type``."""
+        return self.deepnorm_final_norm_type or self.norm_type
 
     @property
     def resolved_alpha(self) -> float:
@@ -134,6 +149,11 @@ class DeepNormWiring(Wiring):
 class DeepNormModel(DepthBenchModel):
     config_class = DeepNormConfig
     wiring_class = DeepNormWiring
+
+    def __init__(self, config: DeepNormConfig):
+        super().__init__(config)
+        if config.resolved_final_norm_type != config.norm_type:  # a fresh norm: gain one, like the one it replaces
+            self.norm = NORM_CLASSES[config.resolved_final_norm_type](config.hidden_size, eps=config.rms_norm_eps)
 
 
 class DeepNormForCausalLM(DepthBenchForCausalLM):

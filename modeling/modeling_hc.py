@@ -82,6 +82,9 @@ class HCConfig(DepthBenchConfig):
             last kept one (``stream_saver`` in ``stream_memory.py``; gradients bitwise equal). 1 keeps every stream;
             default 8, the measured best (rebuilt streams live only once the logits are freed, early in the backward
             pass; see docs/benchmarks.md).
+        hc_readout_evidence: How ``hc_readout`` was chosen when ``depthbench convert`` read a checkpoint whose
+            config does not record it (the losses of both readouts on a text sample, or the user's choice);
+            ``None`` otherwise. No effect on the math.
     """
 
     model_type = "depthbench_hc"
@@ -95,6 +98,7 @@ class HCConfig(DepthBenchConfig):
         hc_use_tanh: bool = True,
         hc_norm_eps: float = 1e-8,
         hc_keep_stream_every: int = 8,
+        hc_readout_evidence: dict | None = None,
         **kwargs,
     ):
         self.hc_num_streams = hc_num_streams
@@ -104,6 +108,7 @@ class HCConfig(DepthBenchConfig):
         self.hc_use_tanh = hc_use_tanh
         self.hc_norm_eps = hc_norm_eps
         self.hc_keep_stream_every = hc_keep_stream_every
+        self.hc_readout_evidence = hc_readout_evidence
         super().__init__(**kwargs)
 
     def validate(self) -> None:
@@ -111,6 +116,8 @@ class HCConfig(DepthBenchConfig):
         self._check_positive_int("hc_num_streams")
         self._check_positive_int("hc_keep_stream_every")
         self._check(self.hc_readout in READOUTS, "hc_readout", self.hc_readout, f"one of {list(READOUTS)}")
+        self._check(self.hc_readout_evidence is None or isinstance(self.hc_readout_evidence, dict),
+                    "hc_readout_evidence", self.hc_readout_evidence, "None or a dict")
         for field in ("hc_scale_output_init", "hc_use_tanh"):
             self._check(isinstance(getattr(self, field), bool), field, getattr(self, field), "True or False")
         self._check(_is_number(self.hc_gate_init), "hc_gate_init", self.hc_gate_init, "a number")

@@ -30,6 +30,9 @@ from .numerics import as_dtype, full_precision, inv_rms, upcast
 from .sinkhorn import _sinkhorn, _sinkhorn_inference
 from .stream_memory import stream_saver
 
+#: Which normalisation ends each Sinkhorn round (``mhc_sinkhorn_ends_on``).
+SINKHORN_ENDS = ("rows", "columns")
+
 
 class MHCConfig(DepthBenchConfig):
     r"""mHC, manifold-constrained Hyper-Connections (Xie et al., DeepSeek-AI, https://arxiv.org/abs/2512.24880).
@@ -49,7 +52,9 @@ class MHCConfig(DepthBenchConfig):
     Convention (paper Eq. 3 and 8): ``H_res`` itself (not its transpose) multiplies the stream vector, row t
     holding the weights of output stream t, and Sinkhorn normalises columns then rows, ending with the rows; so
     every output stream is an exact convex combination of the input streams (row sums 1 to fp32 precision) and
-    column sums are 1 only approximately. Init is the reference's final "gap-8" init (``mhc_init_gap = 8``):
+    column sums are 1 only approximately. ``mhc_sinkhorn_ends_on="columns"`` runs each round as rows then columns
+    instead (the reference's Liger backend: exact column sums, approximate row sums), the same matrix only where
+    the iterations have converged. Init is the reference's final "gap-8" init (``mhc_init_gap = 8``):
     Φ = 0, gains α = 0.01, ``b_pre`` = −8 except +8 at stream ``k mod n`` (k = global sublayer index),
     ``b_post`` = 0 (H_post = 1), ``b_res`` = 0 on the diagonal and −8 off it (H_res ≈ 0.999 I); ``mhc_init_gap = 0``
     gives Megatron's all-zero bias init (H_pre = ½, H_res = J/n). Gains and biases get no weight decay (as the
@@ -74,12 +79,17 @@ class MHCConfig(DepthBenchConfig):
         mhc_dynamic: Input-dependent maps (paper); False = static ablation (logits only).
         mhc_sinkhorn_iters: Sinkhorn-Knopp iterations (20; each is a column then a row normalisation).
         mhc_sinkhorn_temperature: Temperature τ dividing the H_res logits before Sinkhorn (1.0).
+        mhc_sinkhorn_ends_on: ``"rows"`` (default: each round normalises columns, then rows) or ``"columns"``
+            (rows, then columns: the reference's Liger backend, which ``depthbench convert`` reproduces).
         mhc_gate_init: Initial value of the gains α_pre, α_post, α_res (0.01).
         mhc_init_gap: The bias gap g of the init (8.0; 0 gives all-zero biases).
         mhc_norm_eps: Epsilon of the flattened-stream RMS normalisation (1e-6).
         mhc_scale_output_init: Divide the init std of every ``o_proj`` and ``down_proj`` by sqrt(n).
         mhc_keep_stream_every: Training memory, as ``hc_keep_stream_every`` of HC (``stream_saver`` in
             ``stream_memory.py``; no effect on the math or the parameters). 1 keeps every stream; default 8.
+        mhc_readout_evidence: How ``mhc_readout`` was chosen when ``depthbench convert`` read a checkpoint whose
+            config does not record it (the losses of both readouts on a text sample, or the user's choice);
+            ``None`` otherwise. No effect on the math.
     """
 
     model_type = "depthbench_mhc"
@@ -96,6 +106,8 @@ class MHCConfig(DepthBenchConfig):
         mhc_norm_eps: float = 1e-6,
         mhc_scale_output_init: bool = True,
         mhc_keep_stream_every: int = 8,
+        mhc_sinkhorn_ends_on: str = "rows",
+        mhc_readout_evidence: dict | None = None,
         **kwargs,
     ):
         self.mhc_num_streams = mhc_num_streams
@@ -108,6 +120,8 @@ class MHCConfig(DepthBenchConfig):
         self.mhc_norm_eps = mhc_norm_eps
         self.mhc_scale_output_init = mhc_scale_output_init
         self.mhc_keep_stream_every = mhc_keep_stream_every
+        self.mhc_sinkhorn_ends_on = mhc_sinkhorn_ends_on
+        self.mhc_readout_evidence = mhc_readout_evidence
         super().__init__(**kwargs)
 
     def validate(self) -> None:
@@ -116,6 +130,10 @@ class MHCConfig(DepthBenchConfig):
         self._check_positive_int("mhc_sinkhorn_iters")
         self._check_positive_int("mhc_keep_stream_every")
         self._check(self.mhc_readout in READOUTS, "mhc_readout", self.mhc_readout, f"one of {list(READOUTS)}")
+        self._check(self.mhc_sinkhorn_ends_on in SINKHORN_ENDS, "mhc_sinkhorn_ends_on", self.mhc_sinkhorn_ends_on,
+                    f"one of {list(SINKHORN_ENDS)}")
+        self._check(self.mhc_readout_evidence is None or isinstance(self.mhc_readout_evidence, dict),
+                    "mhc_readout_evidence", self.mhc_readout_evidence, "None or a dict")
         for field in ("mhc_dynamic", "mhc_scale_output_init"):
             self._check(isinstance(getattr(self, field), bool), field, getattr(self, field), "True or False")
         for field in ("mhc_sinkhorn_temperature", "mhc_norm_eps"):
@@ -157,6 +175,7 @@ class MHCResidual(Residual):
         self.dynamic = config.mhc_dynamic
         self.num_iters = config.mhc_sinkhorn_iters
         self.temperature = float(config.mhc_sinkhorn_temperature)
+        self.ends_on_columns = config.mhc_sinkhorn_ends_on == "columns"
         self.eps = float(config.mhc_norm_eps)
         self.keep_stream_every = config.mhc_keep_stream_every
         k = n * n + 2 * n
@@ -217,8 +236,16 @@ class MHCResidual(Residual):
         z_res = z_res.unflatten(-1, (n, n))
         if self.temperature != 1.0:
             z_res = z_res / self.temperature
-        h_res = _sinkhorn(z_res, self.num_iters).view(z_res.shape)
+        h_res = self._project_res(z_res, _sinkhorn)
         return h_pre, h_post, h_res
+
+    def _project_res(self, z_res: torch.Tensor, projection) -> torch.Tensor:
+        """``projection`` (a row-ending Sinkhorn of ``sinkhorn.py``) of the logits [..., n, n]; ending on the columns
+        is the same projection of the transposed logits, transposed back (a view: bmm reads either layout)."""
+        if not self.ends_on_columns:
+            return projection(z_res, self.num_iters).view(z_res.shape)
+        z_t = z_res.transpose(-1, -2)
+        return projection(z_t, self.num_iters).view(z_t.shape).transpose(-1, -2)
 
     def forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         if inference_fast_path(self):
@@ -238,7 +265,7 @@ class MHCResidual(Residual):
         scale[2 * n:] = 1.0 / self.temperature
         bias = upcast(self.bias) * scale
         if not self.dynamic:
-            h_res = _sinkhorn_inference(bias[2 * n:].view(1, n, n), self.num_iters)[0]
+            h_res = self._project_res(bias[2 * n:].view(1, n, n), _sinkhorn_inference)[0]
             return torch.cat([bias[:n].sigmoid().unsqueeze(0), h_res]), bias[n:2 * n].sigmoid().mul(2.0)
         nd = self.phi.shape[1]
         gains = torch.cat([upcast(a).expand(k) for a, k in
@@ -264,7 +291,7 @@ class MHCResidual(Residual):
             z = torch.addcmul(bias, torch.mm(x, phi), torch.addcmul(eps, length, length).rsqrt_())  # [N, n²+2n]
             gates, z_res = z.split_with_sizes([2 * n, n * n], dim=-1)
             gates = as_dtype(gates.sigmoid(), stream.dtype)  # [N, 2n]: σ(pre) | σ(post)
-            h_res = as_dtype(_sinkhorn_inference(z_res.view(-1, n, n), self.num_iters), stream.dtype)
+            h_res = as_dtype(self._project_res(z_res.view(-1, n, n), _sinkhorn_inference), stream.dtype)
         h = stream.reshape(-1, n, d)
         u = torch.bmm(gates.view(-1, 2, n), h)[:, 0]  # row 0: Σ_s H_pre[s] H_s (row 1 unused)
         out = as_dtype(branch(norm(u.view(stream.shape[:-2] + (d,)))), stream.dtype)
@@ -273,7 +300,8 @@ class MHCResidual(Residual):
 
     def extra_repr(self) -> str:
         return (f"index={self.index}, num_streams={self.num_streams}, stream_index={self.stream_index}, "
-                f"dynamic={self.dynamic}, sinkhorn_iters={self.num_iters}")
+                f"dynamic={self.dynamic}, sinkhorn_iters={self.num_iters}"
+                + (", sinkhorn_ends_on=columns" if self.ends_on_columns else ""))
 
 
 class MHCWiring(HyperConnectionWiring):

@@ -63,10 +63,12 @@ class MoDAConfig(DepthBenchConfig):
 
     * Pre-LN is the default because it is the variant in the study's main table; the paper reports post-norm works
       better with MoDA, so it is one switch away (``moda_post_norm``).
-    * ``kv_proj`` is initialised like every other linear (truncated normal, std ``initializer_range``, cut at 3 std).
-      The reference defines such an init but never calls it, so its ``kv_proj`` most likely kept PyTorch's
-      Kaiming-uniform default (bound 1/sqrt(d), std 1/sqrt(3d): 0.018 at d=1024 but 0.036 at d=256, i.e. a
-      width-dependent scale no other linear has) by accident; we do not copy the accident.
+    * ``kv_proj`` is initialised like every other linear (truncated normal, std ``initializer_range``, cut at 3 std),
+      as the reference's ``init_depth_kv_weights`` (``nn/moda.py``) does. Only the newest revision of the
+      reference's ``nn/transformer/model.py`` (8cc2fd74) calls it; earlier revisions (2d162257, 5152cab0) never do,
+      so checkpoints trained with them kept PyTorch's Kaiming-uniform default for ``kv_proj`` (bound 1/sqrt(d),
+      std 1/sqrt(3d): 0.018 at d=1024 but 0.036 at d=256, a width-dependent scale no other linear has). The
+      init does not change what a trained checkpoint computes.
     * The last block has no ``kv_proj`` (reference ``moda_skip_ffn_kv=True``): its slot would never be read.
     * A block removed by ``skip_block`` leaves its depth slots at zero, as the reference's zero-initialised depth
       cache does: a zero key still takes softmax mass (logit 0) but contributes a zero value.

@@ -32,7 +32,8 @@ def __getattr__(name: str):
 
 def from_released(repo_id: str, step: int | None = None, **kwargs):
     """A released model of the study (``aspect-ratio-scaling/NAME``, OLMo-core checkpoint) as a depthbench model,
-    converted once into the local cache; see :func:`depthbench.hub.convert.from_released`."""
+    converted once into the local cache; ``readout=`` and ``dtype=`` as ``depthbench convert``'s ``--readout`` /
+    ``--dtype``, other keywords go to ``from_pretrained``; see :func:`depthbench.hub.convert.from_released`."""
     from depthbench.hub.convert import from_released as _from_released
 
     return _from_released(repo_id, step=step, **kwargs)

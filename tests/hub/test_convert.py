@@ -112,6 +112,7 @@ ROUND_TRIP = [
                                                                                     "hc_norm_eps": 1e-8}),
     ("mhc", "mhc", {"hyper_connections": {"kind": "mhc", "num_residual_streams": 4, "tanh": False}},
      {"mhc_readout": "sum_norm", "mhc_norm_eps": 1e-8}),
+    ("attnres", "block_attnres", {"attnres_block_size": 2}, {"attnres_block_size": 2, "attnres_mix_eps": 1e-5}),
     ("moda", "moda", {}, {}),
     ("default", "pre_ln", {}, {}),
 ]
@@ -127,26 +128,12 @@ def test_key_mapping_round_trip(block_name, arch, block, fields, tmp_path):
     if "layer_norm" in block:
         cfg["lm_head"]["layer_norm"] = block["layer_norm"]
     step = save_dcp(tmp_path / "step5", olmo_state, cfg)
-    out = conv.convert(str(step), str(tmp_path / "hf"))
+    readout = {"readout": fields.get("hc_readout", fields.get("mhc_readout"))} if block_name in ("hc", "mhc") else {}
+    out = conv.convert(str(step), str(tmp_path / "hf"), **readout)
     from transformers import AutoModelForCausalLM
 
     converted = AutoModelForCausalLM.from_pretrained(out)
     assert torch.equal(logits_of(converted), logits_of(model))
-
-
-def test_attnres_needs_allow_approximate_and_then_converts(tmp_path):
-    model = randomize(build_model("block_attnres", **{**SHAPE, "rms_norm_eps": 1e-5}, attnres_block_size=2), seed=2)
-    olmo_state = conv.to_olmo_state("block_attnres", model.state_dict(), SHAPE["num_hidden_layers"])
-    step = save_dcp(tmp_path / "step5", olmo_state, olmo_block_config("default", attnres_block_size=2))
-    with pytest.raises(conv.ConversionError, match="allow-approximate"):
-        conv.convert(str(step), str(tmp_path / "hf"))
-    out = conv.convert(str(step), str(tmp_path / "hf2"), allow_approximate=True)
-    from transformers import AutoModelForCausalLM
-
-    converted = AutoModelForCausalLM.from_pretrained(out)
-    assert converted.config.attnres_block_size == 2 and converted.config.rms_norm_eps == 1e-5
-    assert torch.equal(logits_of(converted), logits_of(model))
-    assert "eps" in (Path(out) / "README.md").read_text()  # the card records the approximation
 
 
 @pytest.mark.parametrize("block,setting", [
@@ -206,9 +193,14 @@ def test_shared_conversion_code_names_no_architecture():
     import ast
     import inspect
 
+    from depthbench.hub import readout, release_files, settings
     from depthbench.registry import ARCHITECTURES
 
-    for fn in (conv.resolve_settings, conv.map_state, conv.to_olmo_state, conv.convert):
+    shared = [conv.map_state, conv.to_olmo_state, conv.convert, conv.build_converted, conv.from_released,
+              readout.decide_readout, release_files.locate_local, release_files.load_dcp_model_state]
+    shared += [getattr(settings, name) for name in ("identify_architecture", "backbone_fields", "backbone_problems",
+                                                    "norm_fields", "resolve_settings", "release_fields")]
+    for fn in shared:
         tree = ast.parse(inspect.getsource(fn))
         named = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in ARCHITECTURES}
         assert not named, f"{fn.__name__} names {sorted(named)}: move that to its translator"
@@ -231,14 +223,15 @@ def test_release_download_converts_from_the_loopback_hub(tmp_path, monkeypatch):
     with HubServer() as hub:
         hub.add_repo(repo, files)
         monkeypatch.setenv("HF_TOKEN", "hf_read_token")
-        kwargs = dict(cache_dir=str(tmp_path / "cache"), endpoint=hub.url, hub_cache_dir=str(tmp_path / "hub-cache"))
+        kwargs = dict(cache_dir=str(tmp_path / "cache"), endpoint=hub.url, hub_cache_dir=str(tmp_path / "hub-cache"),
+                      readout="sum_norm")
         loaded = depthbench.from_released(repo, step=100, **kwargs)
         downloaded = {p for m, p in hub.requests if m == "GET" and "/resolve/" in p}
         again = depthbench.from_released(repo, step=100, **kwargs)  # converted once: no second download
         assert {p for m, p in hub.requests if m == "GET" and "/resolve/" in p} == downloaded
     assert torch.equal(logits_of(loaded), logits_of(model)) and torch.equal(logits_of(again), logits_of(model))
     assert downloaded and not any("step0/" in p for p in downloaded)  # only the requested step was fetched
-    converted = next((tmp_path / "cache").glob("*/step100"))
+    converted = next((tmp_path / "cache").glob("*/step100-readout-sum_norm"))
     assert (converted / "tokenizer_config.json").exists() and (converted / "README.md").exists()
     assert repo in (converted / "README.md").read_text()
 
@@ -305,3 +298,67 @@ def test_cli_convert_end_to_end(tmp_path, capsys):
     assert "as pre_ln" in capsys.readouterr().out
     assert main(["convert", str(step), "-o", str(tmp_path / "out")]) == 2  # non-empty output folder: refused
     assert "--overwrite" in capsys.readouterr().err
+
+
+# ================================================================================================ refusals by name
+def _fork_release(tmp_path, block_name: str, block: dict | None = None, model: dict | None = None,
+                  name: str = "release"):
+    from tests.hub.fork_reference import fork_config, fork_state, write_release
+
+    config = fork_config(block_name, 64, block=block, model=model)
+    return write_release(tmp_path, name, 3, fork_state(config["model"]), config)
+
+
+def test_depth_width_init_that_no_base_width_explains_is_refused_by_name(tmp_path):
+    step = _fork_release(tmp_path, "depth_mup", {"residual_scaling_base_depth": 2},
+                         {"init_std": 0.023, "embedding_init_std": 0.02})
+    with pytest.raises(conv.ConversionError, match=r"model\.init_std=0\.023 with model\.embedding_init_std=0\.02 "
+                                                   r"\(the depth-width axis would need a base width of 42\.32, not"):
+        conv.convert(str(step), str(tmp_path / "hf"))
+    step = _fork_release(tmp_path / "b", "completep")
+    with pytest.raises(conv.ConversionError, match="residual_scaling_base_depth is missing"):
+        conv.convert(str(step), str(tmp_path / "hf"))
+
+
+def test_block_overrides_other_than_moda_s_last_block_are_refused(tmp_path):
+    from tests.hub.fork_reference import fork_config
+
+    block = fork_config("default", 64)["model"]["block"]
+    step = _fork_release(tmp_path, "default", model={"block_overrides": {"1": {**block, "name": "peri_norm"}}})
+    with pytest.raises(conv.ConversionError, match=r"model\.block_overrides \(per-block settings\)"):
+        conv.convert(str(step), str(tmp_path / "hf"))
+    moda = fork_config("moda", 64)["model"]["block"]
+    step = _fork_release(tmp_path / "b", "moda", model={"block_overrides": {"0": {**moda, "moda_skip_ffn_kv": True}}})
+    with pytest.raises(conv.ConversionError, match=r"block_overrides\[0\] \(only the last block's moda_skip_ffn_kv"):
+        conv.convert(str(step), str(tmp_path / "hf"))
+
+
+def test_a_block_attnres_release_without_its_block_size_names_options_that_exist(tmp_path):
+    from tests.hub.fork_reference import fork_config, fork_state
+
+    state = fork_state(fork_config("attnres", 64, block={"attnres_block_size": 2})["model"])
+    torch.save({"model": state}, tmp_path / "model.pt")  # no config.json: the name says Block AttnRes
+    with pytest.raises(conv.ConversionError) as exc:
+        conv.convert(str(tmp_path / "model.pt"), str(tmp_path / "hf"),
+                     repo_name="aspect-ratio-scaling/block-attnres-lr2e-3-llama-400M-L3-pretrain")
+    assert "model.block.attnres_block_size" in str(exc.value) and "--config" in str(exc.value)
+    assert "--set" not in str(exc.value)
+
+
+def test_every_option_an_error_message_names_exists():
+    """The messages of the conversion modules name only options ``depthbench convert`` has."""
+    import argparse
+    import re
+
+    from depthbench.hub import readout, release_files, settings, translators
+
+    parser = argparse.ArgumentParser()
+    conv.register_cli(parser.add_subparsers())
+    (convert_parser,) = parser._subparsers._group_actions[0].choices.values()
+    options = {s for action in convert_parser._actions for s in action.option_strings}
+    import inspect
+
+    named = set()
+    for module in (conv, readout, release_files, settings, translators):
+        named |= set(re.findall(r"(--[a-z][a-z-]*)", inspect.getsource(module)))
+    assert named and named <= options, sorted(named - options)

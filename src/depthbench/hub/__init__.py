@@ -4,8 +4,13 @@
 * :mod:`depthbench.hub.cards`: model cards (``model_cards/`` template, huggingface_hub ``ModelCard``);
 * :mod:`depthbench.hub.publish`: ``depthbench publish`` (runs, revisions as branches, sweeps as collections);
 * :mod:`depthbench.hub.convert`: ``depthbench convert`` and :func:`depthbench.from_released` (the study's
-  OLMo-core checkpoints -> depthbench's HF format);
+  OLMo-core checkpoints -> depthbench's HF format): key mapping, the converted model, atomic output, the cache;
+* :mod:`depthbench.hub.release_files`: where a release's files are (local or Hub), its config, and its
+  distributed checkpoint read safely (allow-list unpickler for ``.metadata``, missing / truncated shards named);
+* :mod:`depthbench.hub.settings`: a checkpoint's depthbench config fields, in named steps (architecture, backbone,
+  refusals, norms, EOS / PAD / context length);
 * :mod:`depthbench.hub.translators`: what each architecture adds to that format (one translator per registry id);
+* :mod:`depthbench.hub.readout`: the HC / native-mHC readout decided from evidence (loss on a built-in sample);
 * :mod:`depthbench.hub.export_llama`: ``depthbench export-llama`` (``pre_ln`` -> stock ``LlamaForCausalLM``).
 
 Heavy imports (torch, transformers, huggingface_hub) happen inside the functions.

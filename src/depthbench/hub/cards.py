@@ -41,7 +41,7 @@ class CardInputs:
     metrics: list[dict] = field(default_factory=list)
     lm_eval: dict | None = None  # lm-eval's results JSON ({"results": {task: {"acc,none": ...}}})
     source: dict | None = None  # {"repo": ..., "step": ...} for converted checkpoints
-    approximations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # conversion notes (readout evidence, dtype, ...)
     recorded: list = field(default_factory=list)  # EvalResult rows already in the export's card (depthbench eval)
 
 
@@ -239,7 +239,7 @@ def render_card(inputs: CardInputs, repo_id: str | None = None, revision: str | 
         "model_id": repo_id, "load_repo": repo_id, "load_revision": revision, "depthbench_version": _package_version(),
         "arch": {"id": arch.id, "name": name, "paper_url": arch.paper_url, "card": arch.card.split("\nArgs:")[0]},
         "shape": shape, "recipe": _recipe(inputs), "losses": losses, "loss_curve": loss_curve,
-        "source": inputs.source, "approximations": inputs.approximations,
+        "source": inputs.source, "notes": inputs.notes,
         "revision_note": (f"This is the intermediate checkpoint at `{revision}` (branch of the repository); "
                           f"the `main` branch holds the final model.") if revision and revision != "main" else None,
     }
@@ -264,7 +264,7 @@ def write_card(export_dir: str, run_dir: str | None = None, repo_id: str | None 
     """Write ``README.md`` (and ``loss_curve.png`` when the run has metrics) into ``export_dir``; returns the path.
 
     ``run_dir`` is the training run's folder (recipe, losses, curve); ``extra`` goes to :class:`CardInputs`
-    (``source``, ``approximations``, ``lm_eval``).
+    (``source``, ``notes``, ``lm_eval``).
     """
     inputs = collect_inputs(export_dir, run_dir, **extra)
     curve = plot_loss_curve(inputs.metrics, os.path.join(export_dir, LOSS_CURVE)) if inputs.metrics else None

@@ -535,3 +535,29 @@ def test_full_attnres_saves_no_quadratic_activations():
     pairs = sum(range(1, num_sources + 1))  # (mix, source) pairs over all sublayers and the final mix
     assert full - pre <= num_sources * activation + 4 * pairs * scalar
     assert full - pre < 0.25 * pairs * activation
+
+
+@pytest.mark.parametrize("arch", ["attnres", "block_attnres"])
+def test_mix_eps_applies_to_every_norm_that_reads_a_mixture(arch):
+    """``attnres_mix_eps``: key norms, the sublayer norms of every sublayer but block 0's attention (which reads the
+    raw embedding) and the final norm use it; block 0's attention norm keeps ``rms_norm_eps``. The logits equal a
+    model whose every norm uses the mix eps except that first one, set by hand."""
+    extra = {"attnres_block_size": 2} if arch == "block_attnres" else {}
+    model = build(arch, rms_norm_eps=1e-6, attnres_mix_eps=1e-2, **extra)
+    randomize_mixers(model)
+    layers = model.model.layers
+    assert layers[0].input_layernorm.variance_epsilon == 1e-6
+    assert {layers[i].input_layernorm.variance_epsilon for i in range(1, L)} == {1e-2}
+    assert {layer.post_attention_layernorm.variance_epsilon for layer in layers} == {1e-2}
+    assert model.model.norm.variance_epsilon == 1e-2
+    assert {m.eps for m in mixers(model).values()} == {1e-2}
+    by_hand = build(arch, rms_norm_eps=1e-2, **extra)
+    by_hand.load_state_dict(model.state_dict())
+    by_hand.model.layers[0].input_layernorm.variance_epsilon = 1e-6
+    x = ids()
+    assert torch.equal(logits(model, x), logits(by_hand, x))
+    plain = build(arch, rms_norm_eps=1e-6, **extra)
+    plain.load_state_dict(model.state_dict())
+    assert (logits(plain, x) - logits(model, x)).abs().max() > 1e-4  # the eps matters at this scale
+    with pytest.raises(ValueError, match="attnres_mix_eps"):
+        build_config(arch, attnres_mix_eps=0.0)

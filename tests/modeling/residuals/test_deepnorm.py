@@ -122,3 +122,34 @@ def test_config_errors_name_field_and_allowed_values(field, value, allowed):
 
 def test_card():
     check_card("deepnorm", "2203.00555")
+
+
+def test_final_norm_type_can_differ_from_the_block_norms(tmp_path):
+    """``deepnorm_final_norm_type="rmsnorm"``: LayerNorm blocks with an RMSNorm final norm (the study's checkpoints),
+    equal to a hand-written forward with those norms; saved and loaded back."""
+    model = build("deepnorm", deepnorm_final_norm_type="rmsnorm")
+    assert isinstance(model.model.norm, RMSNorm)
+    assert all(isinstance(m, LayerNorm) for layer in model.model.layers
+               for m in (layer.input_layernorm, layer.post_attention_layernorm))
+    with torch.no_grad():
+        model.model.norm.weight.uniform_(0.5, 1.5)
+    x = ids()
+    hidden = model.model(x).last_hidden_state
+    pre_norm = model.model(x, output_hidden_states=True).hidden_states
+    assert pre_norm[-1].shape == hidden.shape
+    # the final hidden state is an RMSNorm (not a LayerNorm) of the last block's output
+    last = model.model.layers[-1]
+    captured = {}
+    handle = last.register_forward_hook(lambda mod, args, out: captured.setdefault("out", out))
+    model.model(x)
+    handle.remove()
+    h = captured["out"].float()
+    expected = model.model.norm.weight * h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + model.config.rms_norm_eps)
+    assert (hidden - expected).abs().max() < 1e-5
+    model.save_pretrained(tmp_path)
+    from transformers import AutoModelForCausalLM
+
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert isinstance(loaded.model.norm, RMSNorm) and torch.equal(logits(loaded, x), logits(model, x))
+    with pytest.raises(ValueError, match="deepnorm_final_norm_type"):
+        build_config("deepnorm", deepnorm_final_norm_type="batchnorm")
