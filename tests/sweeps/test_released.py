@@ -148,7 +148,7 @@ def world(tmp_path_factory):
 
 def hub_of(world, tag: str) -> Hub:
     return Hub(endpoint=world["hub"].url, hub_cache_dir=str(world["root"] / f"hub-{tag}"),
-               cache_dir=str(world["root"] / f"converted-{tag}"), allow_approximate=True)
+               cache_dir=str(world["root"] / f"converted-{tag}"))
 
 
 def reference_loss(model, data_dir: Path, seq_len: int) -> float:

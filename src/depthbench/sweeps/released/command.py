@@ -59,7 +59,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     measurement = Measurement(data=args.data, split=args.split, seq_len=args.seq_len, max_tokens=args.max_tokens,
                               batch_size=args.batch_size, device=args.device, dtype=args.dtype, step=args.step)
     hub = Hub(endpoint=os.environ.get("HF_ENDPOINT") or None, hub_cache_dir=os.environ.get("HF_HUB_CACHE") or None,
-              cache_dir=args.cache_dir, allow_approximate=args.allow_approximate)
+              cache_dir=args.cache_dir, readout=args.readout)
     tasks = Tasks(_names(args.tasks) if args.tasks else [], limit=args.limit, batch_size=args.batch_size,
                   data_dir=args.nll_data_dir, include_path=args.include_path)
     print(f"{len(targets)} release(s) -> {args.output}")
@@ -115,7 +115,8 @@ def register_cli(subparsers) -> None:
     ev.add_argument("--nll-data-dir", help="local copies of the depthbench_nll datasets (depthbench eval --data-dir)")
     ev.add_argument("--include-path", help="lm-eval task folder (default: the repository's eval_tasks/)")
     ev.add_argument("--cache-dir", help="where conversions are kept (default $HF_HOME/depthbench/converted)")
-    ev.add_argument("--allow-approximate", action="store_true",
-                    help="convert releases that are exact only up to a documented difference (see depthbench convert)")
+    ev.add_argument("--readout", choices=["sum", "sum_norm"],
+                    help="HC/mHC stream readout of the releases (default: decided per release from the evidence, as "
+                         "depthbench convert does)")
     ev.set_defaults(func=_cmd_eval)
     p.set_defaults(func=lambda args: p.print_help() or 2)

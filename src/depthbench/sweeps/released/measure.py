@@ -56,7 +56,7 @@ class Hub:
     endpoint: str | None = None
     hub_cache_dir: str | None = None
     cache_dir: str | None = None
-    allow_approximate: bool = False
+    readout: str | None = None  # HC/mHC: None = decided per release from the evidence (depthbench convert)
 
 
 def fetch_release_meta(target: Target, hub: Hub) -> tuple[str, int]:
@@ -93,7 +93,7 @@ def _convert(target: Target, step: int, dtype: str, hub: Hub):
 
     from depthbench.hub.convert import from_released
 
-    return from_released(target.repo, step=step, cache_dir=hub.cache_dir, allow_approximate=hub.allow_approximate,
+    return from_released(target.repo, step=step, cache_dir=hub.cache_dir, readout=hub.readout,
                          endpoint=hub.endpoint, hub_cache_dir=hub.hub_cache_dir, dtype=getattr(torch, dtype))
 
 
