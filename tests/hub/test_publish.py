@@ -465,3 +465,20 @@ def test_a_step_branch_card_reports_that_step_not_the_final_model(tiny_run):
     assert f"{final['final_train_loss']:.4f}" not in card.text
     losses = {r.dataset_split: r.metric_value for r in card.data.eval_results if r.metric_type == "loss"}
     assert losses["eval"] == pytest.approx(eval2, abs=1e-6) and losses["eval"] != final["eval"]["eval"]
+
+
+def test_publish_lm_eval_json_of_a_subset_says_so(tiny_run, hub):
+    """``publish --lm-eval-json`` of an lm-eval run with ``--limit 2`` (2 of 100 documents): the uploaded card's
+    entry and text say it is a subset."""
+    from huggingface_hub import ModelCard
+
+    results = {"results": {"depthbench_synthetic": {"acc,none": 0.5}}, "config": {"limit": 2},
+               "n-samples": {"depthbench_synthetic": {"original": 100, "effective": 2}}}
+    path = tiny_run.parent / "lm_eval_subset.json"
+    path.write_text(json.dumps(results))
+    result = pub.publish(str(tiny_run), api=api_for(hub, "hf_write"), lm_eval_json=str(path), out=io.StringIO())
+    card = ModelCard(hub.files(result["repos"][0])["README.md"].decode())
+    (acc,) = [e for e in card.data.eval_results if e.metric_type == "acc"]
+    assert (acc.dataset_args["documents"], acc.dataset_args["documents_in_task"]) == (2, 100)
+    line = next(t for t in card.text.splitlines() if t.startswith("| depthbench_synthetic | acc |"))
+    assert "**subset**: 2 of 100 documents" in line

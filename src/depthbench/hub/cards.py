@@ -24,7 +24,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from depthbench import atomic
+from depthbench import atomic, eval_records
 
 CARD_TEMPLATE = "depthbench_model_card.md"
 LOSS_CURVE = "loss_curve.png"
@@ -208,14 +208,15 @@ def eval_results(inputs: CardInputs, model_name: str) -> list:
                           source_url=f"https://arxiv.org/abs/{STUDY_ARXIV}")
                for split, loss in sorted(evals.items()) if loss is not None]
     for task, metrics in sorted(((inputs.lm_eval or {}).get("results") or {}).items()):
+        provenance = eval_records.provenance(inputs.lm_eval, task)  # local copies, subsets: said in the entry
         for key, value in sorted(metrics.items()):
             name, _, _filter = key.partition(",")
             if not isinstance(value, (int, float)) or name.endswith("_stderr") or name == "alias":
                 continue
-            results.append(EvalResult(task_type="text-generation", task_name=task, dataset_type=task,
-                                      dataset_name=task, metric_type=name, metric_value=float(value),
-                                      source_name="lm-evaluation-harness",
-                                      source_url="https://github.com/EleutherAI/lm-evaluation-harness"))
+            entry = EvalResult(task_type="text-generation", task_name=task, dataset_type=task, dataset_name=task,
+                               metric_type=name, metric_value=float(value), source_name="lm-evaluation-harness",
+                               source_url=eval_records.LM_EVAL_URL)
+            results.append(eval_records.mark(entry, provenance))
     fresh = {(r.dataset_name, r.metric_type) for r in results}
     return results + [r for r in inputs.recorded if (r.dataset_name, r.metric_type) not in fresh]
 
@@ -265,11 +266,12 @@ def render_card(inputs: CardInputs, repo_id: str | None = None, revision: str | 
     if len(evals) > 1:
         losses.append({"name": "held-out loss, mean of splits", "value": f"{sum(evals.values()) / len(evals):.4f}"})
     name = arch.description.split(":")[0]
+    results = eval_results(inputs, repo_id.split("/")[-1])
     data = ModelCardData(
         language="en", license=LICENSE, library_name="transformers", pipeline_tag="text-generation",
         tags=["depthbench", f"depthbench-{arch.id}", "residual-connections", "custom_code", f"arxiv:{STUDY_ARXIV}",
               f"arxiv:{arch.arxiv}"],
-        model_name=repo_id.split("/")[-1], eval_results=eval_results(inputs, repo_id.split("/")[-1]) or None,
+        model_name=repo_id.split("/")[-1], eval_results=results or None,
         datasets=training_data(inputs)[0] or None,
         base_model=inputs.source["repo"] if inputs.source and "/" in str(inputs.source.get("repo")) else None,
     )
@@ -278,6 +280,7 @@ def render_card(inputs: CardInputs, repo_id: str | None = None, revision: str | 
         "arch": {"id": arch.id, "name": name, "paper_url": arch.paper_url, "card": arch.card.split("\nArgs:")[0]},
         "shape": shape, "recipe": _recipe(inputs), "losses": losses, "loss_curve": loss_curve,
         "source": inputs.source, "approximations": inputs.approximations,
+        "eval_section": eval_records.section(results),
         "revision_note": (f"This is the intermediate checkpoint at `{revision}` (branch of the repository); "
                           f"the `main` branch holds the final model.") if revision and revision != "main" else None,
     }
