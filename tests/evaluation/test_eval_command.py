@@ -171,7 +171,7 @@ def test_failing_task_keeps_finished_results(tokenizer, tmp_path, capsys):
     del broken[1]["support"]
     (data / "sciq.jsonl").write_text("".join(json.dumps(r) + "\n" for r in broken))
     # sciq fails on a bad row, gsm8k after it still runs, math500 fails too (no local copy): both errors reported
-    with pytest.raises(EvalError, match=r"(?s)depthbench_nll_sciq failed.*row 1 .*no field 'support'.*"
+    with pytest.raises(EvalError, match=r"(?s)depthbench_nll_sciq failed.*line 2 of sciq.jsonl has no field 'support'.*"
                                         r"depthbench_nll_math500 failed.*no local copy"):
         evaluate_checkpoint(str(ckpt), ["depthbench_nll_sciq", "depthbench_nll_gsm8k", "depthbench_nll_math500"],
                             data_dir=str(data), limit=2, device="cpu", log=lambda *a: None)
