@@ -8,10 +8,14 @@ so it loads back with ``ModelCard.load`` / ``huggingface_hub.metadata_load``.
 
 What goes in (all read from files, never from the training process): the architecture from the registry (name,
 paper, the config class docstring as the paragraph on the residual design), the shape from the export's
-``config.json`` (L, d, d/L, heads, parameter counts with the architecture's extra parameters), the recipe from the
-run's ``run_config.json`` (tokens, steps, LR, warmup, batch, seed, data), the final train loss and held-out losses
-from ``summary.json`` (or the last rows of ``metrics.jsonl`` while the run is still going), a loss-curve PNG from
-``metrics.jsonl``, optional lm-eval results (``lm_eval`` JSON output) as ``model-index`` entries.
+``config.json`` (L, d, d/L, heads, parameter counts with the architecture's extra parameters and the budget label
+of the repository name), the recipe from the run's ``run_config.json`` (tokens, steps, LR, warmup, batch, seed),
+the training data from the data folder's ``meta.json`` (Hub dataset ids as ``datasets`` metadata; local files and
+tokenizers by name, never a local path), the final train loss and held-out losses from ``summary.json`` (or the
+last rows of ``metrics.jsonl`` while the run is still going; for a ``step-NNNNNN`` revision only what was logged up
+to that step), a loss-curve PNG from ``metrics.jsonl``, optional lm-eval results (``lm_eval`` JSON output) and
+those ``depthbench eval`` recorded as ``model-index`` entries and the "Evaluation results" table, which say when a
+result comes from local copies or a subset (:mod:`depthbench.eval_records`).
 
     from depthbench.hub.cards import write_card
     write_card("runs/hc/final", run_dir="runs/hc", repo_id="aspect-ratio-scaling/hc-lr3e-3-llama-2M-L4-pretrain")
