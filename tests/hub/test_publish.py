@@ -327,7 +327,6 @@ def cli_hub(hub, monkeypatch):
     import huggingface_hub.constants as constants
 
     monkeypatch.setattr(constants, "ENDPOINT", hub.url)
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("HF_TOKEN", "hf_write_token")
     return hub
 
