@@ -257,17 +257,29 @@ def execute_repo(api, plan: RepoPlan, private: bool) -> list[str]:
             done.append(branch.branch)
     except (PublishError, PublishFailed) as exc:
         raise type(exc)(f"{exc}; {_state(api, plan, done, created, rerun=isinstance(exc, PublishFailed))}") from None
+    except BaseException:  # anything else (Ctrl-C, a local read error): still nothing half-created
+        if created and "main" not in done:
+            _delete_repo(api, plan.repo_id)
+        raise
     return commits
+
+
+def _delete_repo(api, repo_id: str) -> bool:
+    """Delete ``repo_id`` (created by this publish); ``False`` when that failed too."""
+    try:
+        api.delete_repo(repo_id, missing_ok=True)
+    except Exception:  # noqa: BLE001 - the caller says what is left
+        return False
+    return True
 
 
 def _state(api, plan: RepoPlan, done: list[str], created: bool, rerun: bool) -> str:
     """What an interrupted :func:`execute_repo` left on the Hub, and (for a failure of the Hub) what to do."""
     if created and "main" not in done:
-        try:
-            api.delete_repo(plan.repo_id, missing_ok=True)
-            left = "the repository just created was deleted again: nothing is left on the Hub"
-        except Exception:  # noqa: BLE001 - said in the message
-            left = "the repository just created holds none of the files (delete it, or rerun)"
+        left = ("the repository just created was deleted again: nothing is left on the Hub"
+                if _delete_repo(api, plan.repo_id) else
+                "the repository just created could not be deleted: it holds its initial commit or exactly this "
+                "publish's main (delete it, or rerun)")
         return left + ("; rerun the same command to publish" if rerun else "")
     pending = [b.branch for b in plan.branches if b.branch not in done]
     complete = f"complete on the Hub: {', '.join(done)}; " if done else ""
