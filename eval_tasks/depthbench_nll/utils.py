@@ -20,8 +20,10 @@ dataclass: lm-eval executes this file before registering it in ``sys.modules``.
 
 from __future__ import annotations
 
+import csv
 import functools
 import hashlib
+import json
 import math
 import os
 import random
@@ -121,16 +123,23 @@ def join_single_space(prompt: str, target: str) -> str:
     return target
 
 
-def make_doc(source: str, row: dict, index: int) -> dict[str, str]:
-    """``{"id", "prompt", "target"}`` of one dataset row; a missing field or an empty target raises
-    :class:`TaskDataError` naming the task, the row and the field."""
+def make_doc(source: str, row: dict, index: int, label: str | None = None) -> dict[str, str]:
+    """``{"id", "prompt", "target"}`` of one dataset row; a missing or null field or an empty target raises
+    :class:`TaskDataError` naming the task, the row (``label``, e.g. ``line 4 of gsm8k.jsonl``; default
+    ``row <index>``), the field and the fields the row has."""
     src = SOURCES[source]
     row_id = str(row.get(src.id_field, index)) if src.id_field else str(index)
-    where = f"depthbench_nll_{source}: row {index} (id {row_id!r})"
-    missing = [f for f in src.fields if f not in row or row[f] is None]
-    if missing:
-        raise TaskDataError(f"{where} has no field {missing[0]!r}; the {src.hub_path} schema needs "
-                            f"{', '.join(map(repr, src.fields))} (the row has {', '.join(map(repr, row)) or 'none'})")
+    where = f"depthbench_nll_{source}: {label or f'row {index}'}" + (f" (id {row_id!r})" if src.id_field else "")
+    needs = f"the {src.hub_path} schema needs {', '.join(map(repr, src.fields))}"
+    absent = [f for f in src.fields if f not in row]
+    if absent:
+        raise TaskDataError(f"{where} has no field {absent[0]!r}; {needs} (the row has "
+                            f"{', '.join(map(repr, row)) or 'no field'})")
+    null = [f for f in src.fields if row[f] is None]
+    if null:
+        valued = [k for k, v in row.items() if v is not None]
+        raise TaskDataError(f"{where}: field {null[0]!r} is null; {needs} (the row's fields with a value: "
+                            f"{', '.join(map(repr, valued)) or 'none'})")
     for field in src.target_fields:
         if not str(row[field]).strip():
             raise TaskDataError(f"{where}: field {field!r} is empty, so the target to score is empty")
@@ -213,38 +222,92 @@ def local_file(source: str, data_dir: str | os.PathLike) -> Path:
     return found[0]
 
 
-def read_rows(source: str, data_dir: str | os.PathLike | None = None) -> list[dict]:
-    """The raw rows of ``source``: the local copy in ``data_dir`` if given, else the Hub split of the study."""
+def _local_rows(path: Path) -> list[tuple[str, dict]]:
+    """``[(where in the file, row)]`` of a local copy: CSV cells as the text they hold (no missing-value
+    guessing: ``None``, ``NA``, ``nan`` or ``1.50`` stay those strings), JSON/JSONL values as JSON has them,
+    each row named by its first line in the file (1-based; JSON arrays and Parquet by their 1-based row)."""
+    if path.suffix == ".csv":
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            rows, start = [], 2
+            for row in reader:
+                rows.append((f"line {start} of {path.name}", dict(row)))
+                start = reader.line_num + 1
+            return rows
+    if path.suffix == ".parquet":
+        ds = datasets.load_dataset("parquet", data_files={"test": str(path)}, split="test")
+        return [(f"row {i + 1} of {path.name}", dict(row)) for i, row in enumerate(ds)]
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            data = None  # JSON Lines in a .json file
+        if isinstance(data, list):
+            return [(f"row {i + 1} of {path.name}", row) for i, row in enumerate(data)]
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append((f"line {number} of {path.name}", json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise TaskDataError(f"line {number} of {path}: not a JSON row ({exc})") from None
+    return rows
+
+
+def read_labelled_rows(source: str, data_dir: str | os.PathLike | None = None) -> list[tuple[str, dict]]:
+    """``[(where, row)]`` of ``source``: the local copy in ``data_dir`` if given (rows named by their line in the
+    file), else the Hub split of the study (rows named ``<dataset>[<split>][<index>]``)."""
     src = SOURCES[source]
     if data_dir:
-        path = local_file(source, data_dir)
-        ds = datasets.load_dataset(LOCAL_SUFFIXES[path.suffix], data_files={"test": str(path)}, split="test")
-    else:
-        try:
-            ds = datasets.load_dataset(src.hub_path, src.hub_name, split=src.hub_split)
-        except Exception as exc:  # gated (GPQA), offline, or a Hub error: say how to fix it
-            hint = (" GPQA is gated: accept its terms on https://huggingface.co/datasets/Idavidrein/gpqa and log in "
-                    "with `hf auth login` (or set HF_TOKEN)." if source == "gpqa_diamond" else "")
-            raise TaskDataError(
-                f"depthbench_nll_{source}: cannot load {src.hub_path}"
-                f"{f' ({src.hub_name})' if src.hub_name else ''} split {src.hub_split!r} from the Hub: "
-                f"{type(exc).__name__}: {exc}.{hint} Offline, point {DATA_DIR_KEY} (--metadata) or {DATA_DIR_ENV} "
-                f"at a folder with {source}.jsonl") from exc
+        rows = _local_rows(local_file(source, data_dir))
+        for where, row in rows:
+            if not isinstance(row, dict):
+                raise TaskDataError(f"depthbench_nll_{source}: {where} is not an object with the dataset's fields")
+        return rows
+    return [(f"{src.hub_path}[{src.hub_split}][{i}]", row) for i, row in enumerate(_hub_rows(source))]
+
+
+def read_rows(source: str, data_dir: str | os.PathLike | None = None) -> list[dict]:
+    """The raw rows of ``source``: the local copy in ``data_dir`` if given, else the Hub split of the study."""
+    return [row for _, row in read_labelled_rows(source, data_dir)]
+
+
+def row_labels(source: str, data_dir: str | os.PathLike | None = None) -> list[str]:
+    """Where each row of :func:`read_rows` is in its file (``line 4 of gsm8k.jsonl``) or split."""
+    return [where for where, _ in read_labelled_rows(source, data_dir)]
+
+
+def _hub_rows(source: str) -> list[dict]:
+    """The rows of the study's Hub split of ``source`` (a gated or unreachable dataset: how to fix it)."""
+    src = SOURCES[source]
+    try:
+        ds = datasets.load_dataset(src.hub_path, src.hub_name, split=src.hub_split)
+    except Exception as exc:  # gated (GPQA), offline, or a Hub error: say how to fix it
+        hint = (" GPQA is gated: accept its terms on https://huggingface.co/datasets/Idavidrein/gpqa and log in "
+                "with `hf auth login` (or set HF_TOKEN)." if source == "gpqa_diamond" else "")
+        raise TaskDataError(
+            f"depthbench_nll_{source}: cannot load {src.hub_path}"
+            f"{f' ({src.hub_name})' if src.hub_name else ''} split {src.hub_split!r} from the Hub: "
+            f"{type(exc).__name__}: {exc}.{hint} Offline, point {DATA_DIR_KEY} (--metadata) or {DATA_DIR_ENV} "
+            f"at a folder with {source}.jsonl") from exc
     return [dict(row) for row in ds]
 
 
-def build_docs(source: str, rows: list[dict], tokenizer=None, add_special_tokens: bool | None = None) -> list[dict]:
+def build_docs(source: str, rows: list[dict], tokenizer=None, add_special_tokens: bool | None = None,
+               labels: list[str] | None = None) -> list[dict]:
     """Documents of ``source``: ``id``, ``prompt``, ``target``, ``target_bytes`` and (given a tokenizer)
-    ``target_tokens``."""
+    ``target_tokens``; errors name each row by ``labels`` (:func:`row_labels`) when given."""
     docs = []
     for index, row in enumerate(rows):
-        doc = make_doc(source, row, index)
+        label = labels[index] if labels else None
+        doc = make_doc(source, row, index, label)
         doc["target_bytes"] = scored_bytes(doc["prompt"], doc["target"])
         if tokenizer is not None:
             doc["target_tokens"] = count_target_tokens(tokenizer, doc["prompt"], doc["target"], add_special_tokens)
             if doc["target_tokens"] < 1:
-                raise TaskDataError(f"depthbench_nll_{source}: row {index} (id {doc['id']!r}): the target encodes "
-                                    "to no token")
+                raise TaskDataError(f"depthbench_nll_{source}: {label or f'row {index}'} (id {doc['id']!r}): the "
+                                    "target encodes to no token")
         docs.append(doc)
     return docs
 
@@ -257,7 +320,8 @@ def load(source: str | None = None, **metadata: Any) -> datasets.DatasetDict:
     task = f"depthbench_nll_{source}"
     tokenizer, add_bos = tokenizer_from_metadata(task, metadata)
     data_dir = metadata.get(DATA_DIR_KEY) or os.environ.get(DATA_DIR_ENV) or None
-    docs = build_docs(source, read_rows(source, data_dir), tokenizer, add_bos)
+    labelled = read_labelled_rows(source, data_dir)
+    docs = build_docs(source, [row for _, row in labelled], tokenizer, add_bos, labels=[w for w, _ in labelled])
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(docs)})
 
 

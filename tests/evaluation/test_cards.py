@@ -61,3 +61,80 @@ def test_missing_card_is_created(tmp_path):
     card = ModelCard.load(path)
     assert card.data.model_name == "my-run" and "Evaluated with `depthbench eval`." in card.text
     assert len(card.data.eval_results) == 3
+
+
+# ------------------------------------------------------------------------------------------------ local and subset
+GSM8K_LOCAL = {
+    "results": {"depthbench_nll_gsm8k": {"nll,none": 2.5}, "depthbench_nll_math500": {"nll,none": 2.0},
+                "depthbench_nll_math": {"nll,none": 2.2}, "depthbench_synthetic_mc_pointer": {"acc,none": 0.5}},
+    "group_subtasks": {"depthbench_nll_math": ["depthbench_nll_gsm8k", "depthbench_nll_math500"]},
+    "configs": {"depthbench_nll_gsm8k": {"dataset_kwargs": {"source": "gsm8k"}},
+                "depthbench_nll_math500": {"dataset_kwargs": {"source": "math500"}},
+                "depthbench_synthetic_mc_pointer": {"dataset_path": "depthbench_synthetic_mc_pointer",
+                                                    "test_split": "test"}},
+    "n-samples": {"depthbench_nll_gsm8k": {"original": 13, "effective": 13},
+                  "depthbench_nll_math500": {"original": 2, "effective": 2},
+                  "depthbench_synthetic_mc_pointer": {"original": 100, "effective": 2}},
+    "limits": {"depthbench_nll_gsm8k": 20, "depthbench_nll_math500": 20, "depthbench_nll_math": 20,
+               "depthbench_synthetic_mc_pointer": 2},
+    "data_sources": {"depthbench_nll_gsm8k": [{"file": "gsm8k.jsonl", "sha256": "ab" * 32, "copy_of": "openai/gsm8k",
+                                               "config": "main", "split": "test"}],
+                     "depthbench_nll_math500": [{"file": "math500.jsonl", "sha256": "cd" * 32,
+                                                 "copy_of": "HuggingFaceH4/MATH-500", "config": None,
+                                                 "split": "test"}]},
+    "lm_eval_version": "0.4.13",
+}
+
+
+def test_results_on_local_copies_are_not_filed_under_the_hub_dataset(tmp_path):
+    from huggingface_hub import ModelCard
+
+    entries = {(e.dataset_name, e.metric_type): e for e in eval_results_for_card(GSM8K_LOCAL, task_dir=tasks_dir())}
+    nll = entries[("depthbench_nll_gsm8k", "nll")]
+    assert nll.dataset_type != "openai/gsm8k" and "/" not in nll.dataset_type  # never a Hub dataset id
+    assert nll.dataset_args["copy_of"] == "openai/gsm8k" and nll.dataset_args["local_copy"] == "gsm8k.jsonl"
+    assert nll.dataset_args["sha256"] == "ab" * 32 and "local copy" in nll.source_name
+    assert "limit" not in nll.dataset_args  # 13 of 13 documents: the whole (local) task
+    group = entries[("depthbench_nll_math", "nll")]  # a group: over its leaves
+    assert group.dataset_args["local_copy"] == "gsm8k.jsonl, math500.jsonl"
+    path = record_in_model_card(tmp_path / "README.md", GSM8K_LOCAL, "m", task_dir=tasks_dir())
+    card = ModelCard.load(path)  # what the card says, as huggingface_hub reads it back
+    loaded = {(e.dataset_name, e.metric_type): e for e in card.data.eval_results}
+    assert loaded[("depthbench_nll_gsm8k", "nll")].dataset_args["copy_of"] == "openai/gsm8k"
+    line = next(t for t in card.text.splitlines() if t.startswith("| depthbench_nll_gsm8k | nll |"))
+    assert "local copy" in line and "gsm8k.jsonl" in line and "openai/gsm8k" in line
+
+
+def test_subset_results_say_so_in_the_model_index_and_the_text(tmp_path):
+    from huggingface_hub import ModelCard
+
+    entries = {(e.dataset_name, e.metric_type): e for e in eval_results_for_card(GSM8K_LOCAL, task_dir=tasks_dir())}
+    acc = entries[("depthbench_synthetic_mc_pointer", "acc")]
+    assert (acc.dataset_args["limit"], acc.dataset_args["documents"], acc.dataset_args["documents_in_task"]) == \
+        (2, 2, 100)
+    assert "subset: 2 of 100 documents" in acc.source_name
+    path = record_in_model_card(tmp_path / "README.md", GSM8K_LOCAL, "m", task_dir=tasks_dir())
+    text = ModelCard.load(path).text
+    line = next(t for t in text.splitlines() if t.startswith("| depthbench_synthetic_mc_pointer | acc |"))
+    assert "subset" in line and "2 of 100 documents" in line
+    assert "Neither is the benchmark's result" in text
+    # a full run on the Hub data replaces the entries and the notes
+    full = {"results": {"depthbench_synthetic_mc_pointer": {"acc,none": 0.25}},
+            "configs": {"depthbench_synthetic_mc_pointer": GSM8K_LOCAL["configs"]["depthbench_synthetic_mc_pointer"]},
+            "n-samples": {"depthbench_synthetic_mc_pointer": {"original": 100, "effective": 100}}, "limits": {}}
+    record_in_model_card(path, full, "m", task_dir=tasks_dir())
+    card = ModelCard.load(path)
+    pointer = [e for e in card.data.eval_results if e.dataset_name == "depthbench_synthetic_mc_pointer"]
+    assert [e.metric_value for e in pointer] == [0.25] and not pointer[0].dataset_args
+    line = next(t for t in card.text.splitlines() if t.startswith("| depthbench_synthetic_mc_pointer | acc |"))
+    assert "subset" not in line and card.text.count("## Evaluation results") == 1
+
+
+def test_a_stock_lm_eval_run_on_local_copies_is_marked_from_its_task_metadata():
+    stock = {"results": {"depthbench_nll_gsm8k": {"nll,none": 2.5}},
+             "configs": {"depthbench_nll_gsm8k": {"dataset_kwargs": {"source": "gsm8k"},
+                                                  "metadata": {"depthbench_data_dir": "/home/me/nll_data"}}},
+             "n-samples": {"depthbench_nll_gsm8k": {"original": 13, "effective": 13}}, "config": {"limit": None}}
+    (nll,) = eval_results_for_card(stock, task_dir=tasks_dir())
+    assert nll.dataset_type == "local:nll_data/" and nll.dataset_args["copy_of"] == "openai/gsm8k"
+    assert "/home/me" not in repr(nll)

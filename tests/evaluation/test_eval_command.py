@@ -82,9 +82,28 @@ def test_results_files_and_model_card(evaluated):
     card = ModelCard.load(evaluated / "README.md")
     entries = {(e.dataset_name, e.metric_type): e for e in card.data.eval_results}
     assert entries[("depthbench_nll_gsm8k", "nll")].metric_value == pytest.approx(gsm8k["nll,none"])
-    assert entries[("depthbench_nll_gsm8k", "nll")].dataset_type == "openai/gsm8k"
     assert entries[("depthbench_synthetic_mc_pointer", "acc")].metric_value == pytest.approx(pointer["acc,none"])
     assert "model-index" in (evaluated / "README.md").read_text()
+
+
+def test_card_says_the_results_come_from_local_copies_and_subsets(evaluated):
+    """``--data-dir`` fixture rows are filed as a local copy (with the file's sha256), not under the Hub dataset;
+    ``--limit 4`` of the 100 pointer questions is a subset; the fixture's 2 gsm8k rows (< the limit) are all."""
+    import hashlib
+
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(evaluated / "README.md")
+    entries = {(e.dataset_name, e.metric_type): e for e in card.data.eval_results}
+    gsm8k, pointer = entries[("depthbench_nll_gsm8k", "nll")], entries[("depthbench_synthetic_mc_pointer", "acc")]
+    assert gsm8k.dataset_type == "local:gsm8k.jsonl" and gsm8k.dataset_args["copy_of"] == "openai/gsm8k"
+    assert gsm8k.dataset_args["sha256"] == hashlib.sha256((FIXTURES / "gsm8k.jsonl").read_bytes()).hexdigest()
+    assert "limit" not in gsm8k.dataset_args and "local copy" in gsm8k.source_name
+    assert (pointer.dataset_args["documents"], pointer.dataset_args["documents_in_task"]) == (4, 100)
+    assert "subset: 4 of 100 documents" in pointer.source_name
+    lines = {t.split(" | ")[0].lstrip("| "): t for t in card.text.splitlines() if t.startswith("| depthbench_")}
+    assert "local copy" in lines["depthbench_nll_gsm8k"] and "subset" in lines["depthbench_synthetic_mc_pointer"]
+    assert str(FIXTURES) not in card.content  # no local path in the card
 
 
 def test_rebuilt_card_keeps_recorded_results(evaluated, tmp_path):
@@ -105,6 +124,12 @@ def test_rebuilt_card_keeps_recorded_results(evaluated, tmp_path):
     assert rebuilt == recorded
     published = card_files(str(export), None, "aspect-ratio-scaling/m")["README.md"].decode()
     assert "depthbench_nll_gsm8k" in published and "How to load" in (export / "README.md").read_text()
+    # publishing carries the provenance through: the model-index entries and the text still say local / subset
+    card = ModelCard(published)
+    loaded = {(e.dataset_name, e.metric_type): e for e in card.data.eval_results}
+    assert loaded[("depthbench_nll_gsm8k", "nll")].dataset_type == "local:gsm8k.jsonl"
+    assert loaded[("depthbench_synthetic_mc_pointer", "acc")].dataset_args["documents_in_task"] == 100
+    assert "Neither is the benchmark's result" in card.text and "**subset**: 4 of 100 documents" in card.text
 
 
 def test_rerun_skips_finished_tasks(evaluated, capsys):
@@ -146,7 +171,7 @@ def test_failing_task_keeps_finished_results(tokenizer, tmp_path, capsys):
     del broken[1]["support"]
     (data / "sciq.jsonl").write_text("".join(json.dumps(r) + "\n" for r in broken))
     # sciq fails on a bad row, gsm8k after it still runs, math500 fails too (no local copy): both errors reported
-    with pytest.raises(EvalError, match=r"(?s)depthbench_nll_sciq failed.*row 1 .*no field 'support'.*"
+    with pytest.raises(EvalError, match=r"(?s)depthbench_nll_sciq failed.*line 2 of sciq.jsonl has no field 'support'.*"
                                         r"depthbench_nll_math500 failed.*no local copy"):
         evaluate_checkpoint(str(ckpt), ["depthbench_nll_sciq", "depthbench_nll_gsm8k", "depthbench_nll_math500"],
                             data_dir=str(data), limit=2, device="cpu", log=lambda *a: None)

@@ -127,6 +127,9 @@ def test_missing_field_and_empty_target_are_named():
     del row["support"]
     with pytest.raises(u.TaskDataError, match=r"depthbench_nll_sciq: row 3 .* no field 'support'"):
         u.make_doc("sciq", row, 3)
+    with pytest.raises(u.TaskDataError) as exc:  # a null field: said so, and not listed among the row's values
+        u.make_doc("gsm8k", {"question": "q", "answer": None}, 2)
+    assert "field 'answer' is null" in str(exc.value) and "fields with a value: 'question')" in str(exc.value)
     row = dict(_rows("mbpp")[1], code="   ")
     with pytest.raises(u.TaskDataError, match=r"depthbench_nll_mbpp: row 1 \(id '902'\): field 'code' is empty"):
         u.make_doc("mbpp", row, 1)
@@ -143,6 +146,53 @@ def test_loader_needs_a_tokenizer_and_the_local_files(tmp_path):
         u.local_file("gsm8k", tmp_path)
     with pytest.raises(u.TaskDataError, match="unknown depthbench_nll source 'gsm9k'"):
         u.load(source="gsm9k")
+
+
+@pytest.mark.parametrize("text", ["None", "NA", "N/A", "null", "nan", "NaN", "#N/A", "1.50"])
+def test_csv_cell_text_is_text(tmp_path, text):
+    """A GPQA answer written ``None`` (or any spelling pandas reads as missing, or a number) is that text."""
+    u = _utils()
+    header = (FIXTURES / "gpqa_diamond.csv").read_text().splitlines()[0].split(",")
+    row = {name: f"text of {name}" for name in header}
+    row.update({"Correct Answer": text, "Incorrect Answer 1": text, "Record ID": "rec1"})
+    with open(tmp_path / "gpqa_diamond.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=header)
+        writer.writeheader()
+        writer.writerow(row)
+    (read,) = u.read_rows("gpqa_diamond", tmp_path)
+    assert read["Correct Answer"] == text and read["Incorrect Answer 1"] == text
+    doc = u.make_doc("gpqa_diamond", read, 0)
+    assert doc["target"].startswith(f" {text}\nExplanation:")
+
+
+def _lines(rows: list) -> str:
+    return "".join(json.dumps(r) + "\n" if r is not None else "\n" for r in rows)
+
+
+def test_a_row_without_a_field_is_named_by_its_line_in_the_file(tmp_path):
+    """Row messages name the line of the local file (1-based, blank lines counted) and list the fields the row
+    really has: an absent field and a null one are told apart, and neither contradicts the list."""
+    u = _utils()
+    good = {"question": "q", "answer": "a"}
+    (tmp_path / "gsm8k.jsonl").write_text(_lines([good, None, good, {"question": "q2"}]))
+    with pytest.raises(u.TaskDataError) as exc:
+        u.build_docs("gsm8k", u.read_rows("gsm8k", tmp_path), labels=u.row_labels("gsm8k", tmp_path))
+    message = str(exc.value)
+    assert "line 4 of gsm8k.jsonl" in message and "has no field 'answer'" in message
+    assert "(the row has 'question')" in message
+    (tmp_path / "gsm8k.jsonl").write_text(_lines([good, {"question": "q2", "answer": None}]))
+    with pytest.raises(u.TaskDataError) as exc:
+        u.build_docs("gsm8k", u.read_rows("gsm8k", tmp_path), labels=u.row_labels("gsm8k", tmp_path))
+    message = str(exc.value)
+    assert "line 2 of gsm8k.jsonl" in message and "field 'answer' is null" in message
+    assert "has no field" not in message and "(the row's fields with a value: 'question')" in message
+    with open(tmp_path / "gpqa_diamond.csv", "w", newline="", encoding="utf-8") as f:  # a quoted cell of 2 lines
+        f.write("Record ID,Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,Incorrect Answer 3,"
+                "Explanation\nrec1,\"two\nlines\",a,b,c,d,e\nrec2,q,,b,c,d,e\n")
+    with pytest.raises(u.TaskDataError, match=r"line 4 of gpqa_diamond.csv \(id 'rec2'\): field 'Correct Answer' "
+                                              r"is empty"):
+        u.build_docs("gpqa_diamond", u.read_rows("gpqa_diamond", tmp_path),
+                     labels=u.row_labels("gpqa_diamond", tmp_path))
 
 
 # ------------------------------------------------------------------------------------------- lm-eval end to end

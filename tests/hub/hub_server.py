@@ -4,17 +4,26 @@ paths use, served on 127.0.0.1 by a thread. Test infrastructure only (depthbench
 Implemented (model repos; every upload is a "regular" upload: base64 file contents inside the commit, no LFS/xet):
 
 * ``GET /api/whoami-v2``: the token decides the answer: ``hf_write...`` -> write role, ``hf_read...`` -> read
-  role, anything else -> 401;
-* ``POST /api/repos/create``; ``GET /api/models/{repo}[/revision/{rev}]`` (model info with ``siblings``);
-* ``GET /api/models/{repo}/tree/{rev}[/{path}]`` (recursive listing with git-blob oids), ``.../refs``;
-* ``POST /api/models/{repo}/preupload/{rev}`` and ``POST /api/models/{repo}/commit/{rev}`` (NDJSON: header,
-  ``file``, ``deletedFile``, ``deletedFolder``);
-* ``POST /api/models/{repo}/branch/{branch}`` (409 if it exists);
+  role, anything else -> 401; the user ``tester`` is a member of the organisation ``aspect-ratio-scaling``;
+* writes (create, commit, branches, delete) need a write token and a namespace the user can write to (``tester``,
+  ``aspect-ratio-scaling``), else 403, as on the Hub;
+* ``POST /api/repos/create``, ``DELETE /api/repos/delete``; ``GET /api/models/{repo}[/revision/{rev}]`` (model
+  info with ``siblings``);
+* ``GET /api/models/{repo}/tree/{rev}[/{path}]`` (recursive listing with git-blob oids), ``.../refs``,
+  ``.../commits/{rev}`` (the history, newest first, ending with the repository's initial commit);
+* ``POST /api/models/{repo}/preupload/{rev}`` and ``POST /api/models/{repo}/commit/{rev}`` (NDJSON: header with
+  an optional ``parentCommit``, which must be the branch's head (else 412, as on the Hub), ``file``,
+  ``deletedFile``, ``deletedFolder``);
+* ``POST /api/models/{repo}/branch/{branch}`` (``startingPoint``: a branch or commit, default ``main``; 409 if it
+  exists), ``DELETE /api/models/{repo}/branch/{branch}`` (404 if missing; the default branch cannot be deleted);
 * ``HEAD``/``GET /{repo}/resolve/{rev}/{path}`` (``X-Repo-Commit``, ``ETag``, ``Content-Length``, ranges);
 * ``POST /api/collections``, ``GET /api/collections/{slug}``, ``POST /api/collections/{slug}/items``;
 * ``POST /api/validate-yaml`` (always valid: card *content* is checked by the tests with huggingface_hub's loaders).
 
 Every request is recorded in ``server.requests`` as ``(method, path)``, so tests can assert what was (not) sent.
+Faults: :meth:`HubServer.fail_write` makes the n-th write request from now (POST or DELETE other than
+``validate-yaml``) fail with an HTTP error, either refused (nothing changes) or applied with the answer lost (the
+change is made, the client sees the error: a timeout after the server acted); ``server.writes`` counts the writes.
 Usage: ``with HubServer() as hub: os.environ["HF_ENDPOINT"] = hub.url`` (set before huggingface_hub is imported in
 a subprocess; in-process, pass ``endpoint=hub.url`` to ``HfApi``).
 """
@@ -42,11 +51,32 @@ class Repo:
     private: bool = False
     commits: dict[str, dict[str, bytes]] = field(default_factory=dict)  # commit id -> {path: bytes}
     branches: dict[str, str] = field(default_factory=dict)  # branch -> commit id
+    parents: dict[str, str | None] = field(default_factory=dict)  # commit id -> parent commit id
+    titles: dict[str, str] = field(default_factory=dict)  # commit id -> commit title
 
     def __post_init__(self):
         initial = hashlib.sha1(f"init:{self.repo_id}".encode()).hexdigest()
         self.commits[initial] = {".gitattributes": b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"}
+        self.parents[initial] = None
+        self.titles[initial] = "initial commit"
         self.branches["main"] = initial
+
+    def add_commit(self, parent: str, files: dict[str, bytes], title: str) -> str:
+        """Store a commit of ``files`` on top of ``parent``; returns its id (no branch moves)."""
+        commit = hashlib.sha1(repr(sorted((p, git_blob_sha1(d)) for p, d in files.items())).encode()
+                              + parent.encode() + str(len(self.commits)).encode()).hexdigest()
+        self.commits[commit] = files
+        self.parents[commit] = parent
+        self.titles[commit] = title
+        return commit
+
+    def history(self, commit: str) -> list[str]:
+        """``commit`` and its ancestors, newest first (the last one is the initial commit)."""
+        out = []
+        while commit is not None:
+            out.append(commit)
+            commit = self.parents.get(commit)
+        return out
 
     def resolve(self, revision: str) -> str | None:
         revision = unquote(revision)
@@ -62,6 +92,8 @@ class HubServer:
         self.repos: dict[str, Repo] = {}
         self.collections: dict[str, dict] = {}
         self.requests: list[tuple[str, str]] = []
+        self.writes = 0  # write requests so far (POST/DELETE, validate-yaml excluded)
+        self.faults: dict[int, tuple[int, bool]] = {}  # write index -> (HTTP status, applied before failing)
         self.lock = threading.Lock()
         hub = self
 
@@ -70,7 +102,7 @@ class HubServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     def __enter__(self) -> HubServer:
         self.thread.start()
@@ -88,14 +120,19 @@ class HubServer:
     def add_repo(self, repo_id: str, files: dict[str, bytes], private: bool = False) -> None:
         """Create ``repo_id`` with ``files`` on ``main`` directly (a repo "released" by someone else)."""
         repo = self.repos.setdefault(repo_id, Repo(repo_id, private=private))
-        commit = hashlib.sha1(repr(sorted(files)).encode() + str(time.time()).encode()).hexdigest()
-        repo.commits[commit] = {**repo.commits[repo.branches["main"]], **files}
-        repo.branches["main"] = commit
+        head = repo.branches["main"]
+        repo.branches["main"] = repo.add_commit(head, {**repo.commits[head], **files}, f"release {time.time()}")
+
+    def fail_write(self, index: int, status: int = 500, applied: bool = False) -> None:
+        """Make the write request number ``index`` (0 = the next one) fail with HTTP ``status``; with ``applied``
+        the server makes the change first and only the answer is an error."""
+        self.faults[self.writes + index] = (status, applied)
 
 
 class _Handler(BaseHTTPRequestHandler):
     server_hub: HubServer
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in separate writes: without it, ~40 ms per answer
 
     def log_message(self, *args) -> None:  # keep test output clean
         pass
@@ -115,7 +152,11 @@ class _Handler(BaseHTTPRequestHandler):
             return b"".join(chunks)
         return self.rfile.read(length) if length else b""
 
+    _mute = False  # while an applied fault runs: the change is made, its answer is not sent
+
     def _send(self, status: int, body: bytes = b"", headers: dict | None = None, head: bool = False) -> None:
+        if self._mute:
+            return
         self.send_response(status)
         for key, value in (headers or {}).items():
             self.send_header(key, value)
@@ -136,8 +177,12 @@ class _Handler(BaseHTTPRequestHandler):
         auth = self.headers.get("Authorization", "")
         return auth[len("Bearer "):] if auth.startswith("Bearer ") else None
 
-    def _can_write(self) -> bool:
-        return (self._token() or "").startswith("hf_write")
+    WRITABLE_NAMESPACES = ("tester", "aspect-ratio-scaling")  # the user and its organisation (whoami-v2)
+
+    def _can_write(self, repo_id: str | None = None) -> bool:
+        """A write token, and (for a repository) a namespace the user may write to."""
+        namespace = repo_id.split("/")[0] if repo_id and "/" in repo_id else "tester"
+        return (self._token() or "").startswith("hf_write") and namespace in self.WRITABLE_NAMESPACES
 
     def _repo(self, repo_id: str, head: bool = False) -> Repo | None:
         repo = self.server_hub.repos.get(repo_id)
@@ -156,15 +201,31 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._route("POST")
 
+    def do_DELETE(self) -> None:
+        self._route("DELETE")
+
     def _route(self, method: str) -> None:
         hub = self.server_hub
         url = urlparse(self.path)
         path, query = unquote(url.path), parse_qs(url.query)
-        body = self._body() if method == "POST" else b""
+        body = self._body() if method in ("POST", "DELETE") else b""
         with hub.lock:
             hub.requests.append((method, path))
+            fault = None
+            if method in ("POST", "DELETE") and path != "/api/validate-yaml":
+                fault = hub.faults.pop(hub.writes, None)
+                hub.writes += 1
             try:
-                self._dispatch(method, path, query, body)
+                if fault is None:
+                    return self._dispatch(method, path, query, body)
+                status, applied = fault
+                if applied:  # the change is made; the answer is lost
+                    self._mute = True
+                    try:
+                        self._dispatch(method, path, query, body)
+                    finally:
+                        self._mute = False
+                self._error(status, "InjectedFault", f"injected failure of {method} {path}")
             except Exception as exc:  # report server bugs to the client instead of hanging it
                 self._error(500, "ServerError", f"{type(exc).__name__}: {exc}")
 
@@ -176,15 +237,27 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._error(401, "Unauthorized", "Invalid credentials in Authorization header")
             role = "write" if token.startswith("hf_write") else "read"
             return self._json({"type": "user", "name": "tester", "auth": {"type": "access_token", "accessToken":
-                               {"displayName": "test", "role": role}}, "orgs": [{"name": "aspect-ratio-scaling"}]})
+                               {"displayName": "test", "role": role}},
+                               "orgs": [{"name": "aspect-ratio-scaling", "roleInOrg": "write"}]})
         if path == "/api/validate-yaml":
             return self._json({"errors": [], "warnings": []})
+        if path == "/api/repos/delete" and method == "DELETE":
+            payload = json.loads(body or b"{}")
+            repo_id = f"{payload.get('organization') or 'tester'}/{payload['name']}"
+            if repo_id not in hub.repos:
+                return self._error(404, "RepoNotFound", f"Repository {repo_id} not found")
+            if not self._can_write(repo_id):
+                return self._error(403, "Forbidden", f"You don't have the rights to delete {repo_id}")
+            del hub.repos[repo_id]
+            return self._send(200)
         if path == "/api/repos/create" and method == "POST":
-            if not self._can_write():
-                return self._error(403, "Forbidden", "You don't have the rights to create a repo")
             payload = json.loads(body or b"{}")
             repo_id = f"{payload['organization']}/{payload['name']}" if payload.get("organization") \
                 else payload["name"]
+            if not self._can_write(repo_id):
+                namespace = payload.get("organization") or "tester"
+                return self._error(403, "Forbidden", f"You don't have the rights to create a model under the "
+                                                     f"namespace \"{namespace}\"")
             if repo_id in hub.repos:
                 return self._send(409, json.dumps({"error": "You already created this model repo",
                                                    "url": f"{hub.url}/{repo_id}"}).encode(),
@@ -235,10 +308,29 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "GET" and rest == "/refs":
             return self._json({"branches": [{"name": b, "ref": f"refs/heads/{b}", "targetCommit": c}
                                             for b, c in repo.branches.items()], "tags": [], "converts": []})
+        match = re.match(r"^/commits/([^/]+)$", rest)
+        if method == "GET" and match:
+            commit = repo.resolve(match[1])
+            if commit is None:
+                return self._error(404, "RevisionNotFound", f"Invalid rev id: {match[1]}")
+            return self._json([{"id": c, "title": repo.titles.get(c, ""), "message": "", "date":
+                                "2026-01-01T00:00:00.000Z", "authors": [{"user": "tester"}]}
+                               for c in repo.history(commit)])
+        if method not in ("POST", "DELETE"):
+            return self._error(404, "NotFound", f"no route for {method} {rest}")
+        if not self._can_write(repo_id):
+            return self._error(403, "Forbidden", "You don't have the rights to write to this repo")
+        match = re.match(r"^/branch/(.+)$", rest)
+        if method == "DELETE" and match:
+            branch = unquote(match[1])
+            if branch not in repo.branches:
+                return self._error(404, "RevisionNotFound", f"Invalid rev id: {branch}")
+            if branch == "main":
+                return self._error(403, "Forbidden", "You cannot delete the default branch")
+            del repo.branches[branch]
+            return self._send(200)
         if method != "POST":
             return self._error(404, "NotFound", f"no route for {method} {rest}")
-        if not self._can_write():
-            return self._error(403, "Forbidden", "You don't have the rights to write to this repo")
         match = re.match(r"^/preupload/(.+)$", rest)
         if match:
             files = json.loads(body)["files"]
@@ -252,13 +344,21 @@ class _Handler(BaseHTTPRequestHandler):
             branch = unquote(match[1])
             if branch not in repo.branches:
                 return self._error(404, "RevisionNotFound", f"Invalid rev id: {branch}")
-            files = dict(repo.commits[repo.branches[branch]])
+            head = repo.branches[branch]
+            files = dict(repo.commits[head])
+            title = ""
             for line in body.splitlines():
                 if not line.strip():
                     continue
                 item = json.loads(line)
                 key, value = item["key"], item["value"]
-                if key == "file":
+                if key == "header":
+                    title = value.get("summary", "")
+                    parent = value.get("parentCommit")
+                    if parent and not head.startswith(parent):
+                        return self._error(412, "PreconditionFailed", "A commit has happened since. Please refresh "
+                                                                      "and try again.")
+                elif key == "file":
                     files[value["path"]] = base64.b64decode(value["content"])
                 elif key == "deletedFile":
                     files.pop(value["path"], None)
@@ -267,9 +367,7 @@ class _Handler(BaseHTTPRequestHandler):
                     files = {p: d for p, d in files.items() if not p.startswith(folder)}
                 elif key == "lfsFile":
                     return self._error(400, "BadRequest", "the loopback Hub only accepts regular uploads")
-            commit = hashlib.sha1(repr(sorted((p, git_blob_sha1(d)) for p, d in files.items())).encode()
-                                  + repo.branches[branch].encode()).hexdigest()
-            repo.commits[commit] = files
+            commit = repo.add_commit(head, files, title)
             repo.branches[branch] = commit
             return self._json({"commitUrl": f"{hub.url}/{repo_id}/commit/{commit}", "commitOid": commit,
                                "pullRequestUrl": None})
@@ -314,9 +412,9 @@ class _Handler(BaseHTTPRequestHandler):
             return {**c, "items": [{**item, "position": i} for i, item in enumerate(c["items"])]}
 
         if path == "/api/collections" and method == "POST":
-            if not self._can_write():
-                return self._error(403, "Forbidden", "You don't have the rights to create a collection")
             payload = json.loads(body)
+            if not self._can_write(f"{payload.get('namespace') or 'tester'}/collection"):
+                return self._error(403, "Forbidden", "You don't have the rights to create a collection")
             for c in hub.collections.values():
                 if c["title"] == payload["title"] and c["owner"]["name"] == payload["namespace"]:
                     return self._send(409, json.dumps({"error": "collection exists", "slug": c["slug"]}).encode(),

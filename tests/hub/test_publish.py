@@ -233,6 +233,254 @@ def test_dry_run_without_a_reachable_hub_still_prints_the_plan(tiny_run, hub, mo
         raise OfflineModeIsEnabled("HF_HUB_OFFLINE=1")
 
     monkeypatch.setattr(api, "list_repo_tree", offline)
+    monkeypatch.setattr(api, "list_repo_refs", offline)
     out = io.StringIO()
     pub.publish(str(tiny_run), dry_run=True, api=api, out=out)
     assert "unknown" in out.getvalue() and "remote state unreadable" in out.getvalue()
+
+
+# ================================================================================================ faults
+INITIAL = {".gitattributes": b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"}  # a new repository's files
+
+
+def branch_files(hub: HubServer, repo: str) -> dict[str, dict[str, bytes]]:
+    """``{branch: {path: bytes}}`` of ``repo`` as the loopback Hub holds it (``{}``: no such repository)."""
+    stored = hub.repos.get(repo)
+    return {b: dict(stored.commits[c]) for b, c in stored.branches.items()} if stored else {}
+
+
+@pytest.fixture()
+def cached_cards(monkeypatch):
+    """Cards rendered once per (export, branch): the fault tests publish the same run dozens of times."""
+    from depthbench.hub import cards
+
+    real, cache = cards.card_files, {}
+
+    def cached(export_dir, run_dir, repo_id, revision=None, lm_eval=None):
+        key = (export_dir, run_dir, repo_id, revision)
+        if key not in cache:
+            cache[key] = real(export_dir, run_dir, repo_id, revision=revision, lm_eval=lm_eval)
+        return cache[key]
+
+    monkeypatch.setattr(cards, "card_files", cached)
+
+
+def test_every_branch_of_an_interrupted_publish_holds_exactly_its_own_files(tiny_run, cached_cards):
+    """A failure injected at each write request of a three-branch publish in turn (refused, or applied with the
+    answer lost): every branch that exists afterwards holds exactly the files of its own export (``main`` may also
+    be the empty new repository), never another step's or the final model; a rerun then completes."""
+    with HubServer() as clean:
+        pub.publish(str(tiny_run), revisions=True, api=api_for(clean, "hf_write"), out=io.StringIO())
+        (repo,) = clean.repos
+        expected = branch_files(clean, repo)
+        writes = clean.writes
+    assert set(expected) == {"main", "step-000002", "step-000004"}
+    exports = {"main": tiny_run / "final", "step-000002": tiny_run / "checkpoints/ckpt-000002/hf",
+               "step-000004": tiny_run / "checkpoints/ckpt-000004/hf"}
+    for branch, export in exports.items():  # the reference itself: each branch is its own export, byte for byte
+        local = {p.relative_to(export).as_posix(): p.read_bytes() for p in export.rglob("*") if p.is_file()}
+        held = expected[branch]
+        assert set(held) == set(local) | set(INITIAL) | {"loss_curve.png"}, branch
+        assert all(held[p] == data for p, data in local.items() if p not in pub.CARD_FILES), branch
+        assert branch.encode() in held["README.md"] or branch == "main"
+    assert expected["main"]["model.safetensors"] != expected["step-000002"]["model.safetensors"]
+    for applied in (False, True):
+        for index in range(writes):
+            with HubServer() as hub:
+                hub.fail_write(index, 500, applied=applied)
+                api = api_for(hub, "hf_write")
+                raised = False
+                try:
+                    pub.publish(str(tiny_run), revisions=True, api=api, out=io.StringIO())
+                except pub.PublishFailed as exc:
+                    raised = True
+                    assert repo in str(exc) and "\n" not in str(exc) and "rerun" in str(exc)
+                    from depthbench.errors import exit_code
+                    assert exit_code(exc) == 1
+                where = f"write {index} ({'applied' if applied else 'refused'})"
+                method, path = [r for r in hub.requests if r[0] in ("POST", "DELETE")
+                                and r[1] != "/api/validate-yaml"][index]
+                if not applied and method == "POST" and "/preupload/" not in path:  # (preuploads are retried)
+                    assert raised, (where, path)  # a refused creation or commit is reported
+                for branch, files in branch_files(hub, repo).items():
+                    if branch in expected:
+                        assert files == expected[branch] or (branch == "main" and files == INITIAL), (where, branch)
+                        continue
+                    (step,) = [s for s in expected if s != "main" and branch.endswith(s)]  # a staging branch
+                    assert files in (INITIAL, expected[step]), (where, branch)
+                pub.publish(str(tiny_run), revisions=True, api=api, out=io.StringIO())  # a rerun finishes
+                assert branch_files(hub, repo) == expected, where
+
+
+def _cli(argv, capsys) -> tuple[int, str]:
+    """Exit code and the error of ``depthbench ARGV``: exactly one ``error:`` line (progress bars aside), no
+    traceback."""
+    from depthbench.cli import main
+
+    code = main(argv)
+    err = capsys.readouterr().err
+    errors = [line for line in err.replace("\r", "\n").splitlines() if "error:" in line]
+    assert "Traceback" not in err and len(errors) == 1, err
+    return code, errors[0]
+
+
+@pytest.fixture()
+def cli_hub(hub, monkeypatch):
+    """The loopback Hub as the endpoint of the command line (huggingface_hub's default ``HfApi()``)."""
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_TOKEN", "hf_write_token")
+    return hub
+
+
+def test_a_namespace_the_token_cannot_write_is_a_one_line_usage_error(tiny_run, cli_hub, capsys):
+    code, err = _cli(["publish", str(tiny_run), "--org", "someone-else"], capsys)
+    assert code == 2
+    assert "someone-else/" in err and "--org" in err  # names the repository and what to do
+    assert cli_hub.repos == {} and posts(cli_hub) == []
+    # the Hub refusing a write although the namespace looks writable (a fine-grained token): the same, nothing left
+    cli_hub.fail_write(0, 403)
+    code, err = _cli(["publish", str(tiny_run), "--revisions"], capsys)
+    assert code == 2 and f"{ORG}/" in err and "403" in err
+    assert cli_hub.repos == {}
+
+
+@pytest.mark.parametrize(("failing_write", "applied"), [(0, False), (2, False), (2, True)])
+def test_a_server_error_is_a_one_line_failure_and_leaves_nothing_half_created(tiny_run, cli_hub, capsys,
+                                                                              failing_write, applied):
+    """A 503 at the repository's creation or at its main commit (refused, or made with the answer lost; write 1,
+    the pre-upload, huggingface_hub retries): exit code 1, one line naming the repository and saying to rerun,
+    and no repository left."""
+    cli_hub.fail_write(failing_write, 503, applied=applied)
+    code, err = _cli(["publish", str(tiny_run)], capsys)
+    assert code == 1
+    assert f"{ORG}/" in err and "503" in err and "rerun" in err
+    assert cli_hub.repos == {}
+
+
+def test_an_unfinished_run_says_it_has_no_final_export(tiny_run, hub, tmp_path):
+    run = tmp_path / "unfinished"
+    run.mkdir()
+    (run / "run_config.json").write_bytes((tiny_run / "run_config.json").read_bytes())
+    (run / "metrics.jsonl").write_bytes((tiny_run / "metrics.jsonl").read_bytes())
+    for dry_run in (True, False):
+        with pytest.raises(pub.PublishError, match="no final export yet") as exc:
+            pub.publish(str(run), dry_run=dry_run, api=api_for(hub, "hf_write"), out=io.StringIO())
+        assert "model_type" not in str(exc.value)
+    assert hub.repos == {}
+
+
+@pytest.mark.parametrize("option", [{"repo": f"{ORG}/bad--name"}, {"repo": f"{ORG}/-dash"},
+                                    {"repo": f"{ORG}/{'x' * 97}"}, {"org": "bad org"}])
+def test_a_repository_name_the_hub_rejects_is_refused_locally_in_dry_runs_too(tiny_run, hub, option):
+    from depthbench.errors import exit_code
+
+    for dry_run in (True, False):
+        out = io.StringIO()
+        with pytest.raises(pub.PublishError, match="not a valid Hub repository id") as exc:
+            pub.publish(str(tiny_run), dry_run=dry_run, api=api_for(hub, "hf_write"), out=out, **option)
+        assert exit_code(exc.value) == 2 and "remote state unreadable" not in out.getvalue()
+    assert hub.requests == []
+
+
+# ================================================================================================ card contents
+def test_budget_labels_have_two_significant_digits_below_100m_and_one_up_to_1b():
+    from depthbench.hub.names import format_budget
+
+    # hand-rounded: docs/hub.md's rule (one significant digit from 100M to 1B, two otherwise)
+    cases = {266_816: "270K", 2_040_000: "2M", 20_100_000: "20M", 405_400_000: "400M", 1_615_300_000: "1.6B",
+             999_600: "1M", 45_678: "46K", 152_000_000: "200M", 99_960_000: "100M"}
+    assert {n: format_budget(n) for n in cases} == cases
+
+
+def test_card_size_label_matches_the_repository_name(tiny_run):
+    from huggingface_hub import ModelCard
+    from transformers import AutoModelForCausalLM
+
+    from depthbench.hub.cards import card_files
+
+    repo = pub.default_repo_for(str(tiny_run / "final"), str(tiny_run), ORG)
+    label = repo.split("-llama-")[1].split("-")[0]
+    card = ModelCard(card_files(str(tiny_run / "final"), str(tiny_run), repo)["README.md"].decode())
+    total = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(tiny_run / "final").parameters())
+    assert f"| {total:,} ({label}) |" in card.text
+
+
+def test_card_says_what_loading_needs_and_names_the_data_without_local_paths(tiny_run, tmp_path):
+    from huggingface_hub import ModelCard
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    import depthbench
+    from depthbench.hub.cards import card_files
+
+    card = ModelCard(card_files(str(tiny_run / "final"), str(tiny_run), f"{ORG}/x")["README.md"].decode())
+    assert card.data.datasets == ["data"]  # the prepared folder's name (the corpus came from local files)
+    assert str(tmp_path.parent) not in card.content and str(tiny_run.parent) not in card.content
+    # a pre_ln export: stock transformers does not know its model_type, so it needs remote code too
+    assert "depthbench_pre_ln" not in CONFIG_MAPPING_NAMES
+    export = tmp_path / "preln"
+    depthbench.build_model("pre_ln", vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                           num_attention_heads=2).save_pretrained(export)
+    text = ModelCard(card_files(str(export), None, f"{ORG}/p")["README.md"].decode()).text
+    assert "other than Pre-LN" not in text
+    assert "Every architecture, Pre-LN included, needs `trust_remote_code=True`" in text
+    assert "depthbench export-llama" in text  # the way to a checkpoint that loads without remote code
+
+
+def test_card_names_a_hub_dataset_by_its_id(tiny_run, tmp_path):
+    import shutil
+
+    from huggingface_hub import ModelCard
+
+    from depthbench.hub.cards import card_files
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run, symlinks=True)
+    data = tmp_path / "fineweb-sample"
+    data.mkdir()
+    (data / "meta.json").write_text(json.dumps({"tokenizer": "allenai/OLMo-1B-hf", "sources": [
+        {"kind": "hf", "path": "HuggingFaceFW/fineweb-edu", "split": "auto"}]}))
+    config = json.loads((run / "run_config.json").read_text())
+    config["config"]["data"]["data_dir"] = str(data)
+    (run / "run_config.json").write_text(json.dumps(config))
+    card = ModelCard(card_files(str(run / "final"), str(run), f"{ORG}/x")["README.md"].decode())
+    assert card.data.datasets == ["HuggingFaceFW/fineweb-edu"]
+    assert "HuggingFaceFW/fineweb-edu" in card.text and "allenai/OLMo-1B-hf" in card.text
+    assert str(tmp_path) not in card.content
+
+
+def test_a_step_branch_card_reports_that_step_not_the_final_model(tiny_run):
+    """The card of ``step-000002`` holds the losses logged at step 2 (read here from metrics.jsonl by hand), not
+    the finished run's final losses, and its model-index too."""
+    from huggingface_hub import ModelCard
+
+    from depthbench.hub.cards import card_files
+
+    rows = [json.loads(line) for line in (tiny_run / "metrics.jsonl").read_text().splitlines()]
+    train2 = next(r["train/loss"] for r in rows if r["step"] == 2 and "train/loss" in r)
+    eval2 = next(r["eval/eval/loss"] for r in rows if r["step"] == 2 and "eval/eval/loss" in r)
+    final = json.loads((tiny_run / "summary.json").read_text())
+    card = ModelCard(card_files(str(tiny_run / "checkpoints/ckpt-000002/hf"), str(tiny_run), f"{ORG}/x",
+                                revision="step-000002")["README.md"].decode())
+    assert f"| final train loss (step 2) | {train2:.4f} |" in card.text
+    assert f"{final['final_train_loss']:.4f}" not in card.text
+    losses = {r.dataset_split: r.metric_value for r in card.data.eval_results if r.metric_type == "loss"}
+    assert losses["eval"] == pytest.approx(eval2, abs=1e-6) and losses["eval"] != final["eval"]["eval"]
+
+
+def test_publish_lm_eval_json_of_a_subset_says_so(tiny_run, hub):
+    """``publish --lm-eval-json`` of an lm-eval run with ``--limit 2`` (2 of 100 documents): the uploaded card's
+    entry and text say it is a subset."""
+    from huggingface_hub import ModelCard
+
+    results = {"results": {"depthbench_synthetic": {"acc,none": 0.5}}, "config": {"limit": 2},
+               "n-samples": {"depthbench_synthetic": {"original": 100, "effective": 2}}}
+    path = tiny_run.parent / "lm_eval_subset.json"
+    path.write_text(json.dumps(results))
+    result = pub.publish(str(tiny_run), api=api_for(hub, "hf_write"), lm_eval_json=str(path), out=io.StringIO())
+    card = ModelCard(hub.files(result["repos"][0])["README.md"].decode())
+    (acc,) = [e for e in card.data.eval_results if e.metric_type == "acc"]
+    assert (acc.dataset_args["documents"], acc.dataset_args["documents_in_task"]) == (2, 100)
+    line = next(t for t in card.text.splitlines() if t.startswith("| depthbench_synthetic | acc |"))
+    assert "**subset**: 2 of 100 documents" in line

@@ -227,3 +227,27 @@ def test_any_hf_causal_lm_fine_tunes_and_evaluates(tokenizer, tmp_path):
     assert main(["eval", str(tmp_path / "out"), "--tasks", "depthbench_synthetic_mc_pointer", "--limit", "2",
                  "--device", "cpu"]) == 0
     assert (tmp_path / "out" / "eval" / "results.json").is_file()
+
+
+def test_a_bad_row_is_named_by_its_line_in_the_file_not_its_shuffled_position(tokenizer, tmp_path, capsys):
+    """Rows are shuffled (seed 42) before they are tokenized; the error still names the bad row's line in the
+    file (1-based, the blank line counted), and says which field is missing among the ones the row has."""
+    from depthbench.cli import main
+
+    ckpt = _checkpoint(tmp_path / "base", tokenizer, "pre_ln")
+    lines = [json.dumps(dict(ROWS[i % len(ROWS)])) for i in range(8)]
+    lines.insert(3, "")  # a blank line: JSONL readers skip it, the file's line numbers count it
+    lines[6] = json.dumps({"instruction": "Name a colour.", "input": ""})  # line 7: no output
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    assert main(["sft", str(ckpt), "--data", str(data), "-o", str(tmp_path / "o"), "--cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "line 7 of rows.jsonl" in err and "'output'" in err
+    assert "(the row's fields with a value: 'instruction', 'input')" in err
+    rows = [dict(r) for r in ROWS] * 2
+    rows[5] = {"instruction": "x", "output": None}  # a JSON list: its 6th row
+    (tmp_path / "rows.json").write_text(json.dumps(rows))
+    assert main(["sft", str(ckpt), "--data", str(tmp_path / "rows.json"), "-o", str(tmp_path / "o"), "--cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "row 6 of rows.json" in err and "field 'output' is missing or null" in err
+    assert not (tmp_path / "o" / "config.json").exists()

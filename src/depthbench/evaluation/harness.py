@@ -22,7 +22,7 @@ from typing import Any
 
 from depthbench import atomic, runs
 from depthbench.errors import Failed
-from depthbench.evaluation.cards import record_in_model_card
+from depthbench.evaluation.cards import local_data_sources, record_in_model_card
 from depthbench.evaluation.results import add_token_weighted_groups, merge_results, render_results_md
 from depthbench.evaluation.sweep import write_sweep_eval_report
 
@@ -149,10 +149,19 @@ def _needs_builtin(manager, name: str) -> bool:
 
 
 # ============================================================================================ one checkpoint
-def _done(results: dict[str, Any] | None, name: str, limit: float | None) -> bool:
+def _done(results: dict[str, Any] | None, name: str, limit: float | None, data_dir: str | None) -> bool:
+    """Whether ``results`` holds ``name`` evaluated with the same ``--limit`` on the same data."""
     if not results or name not in results.get("results", {}):
         return False
-    return results.get("limits", {}).get(name, results.get("config", {}).get("limit")) == limit
+    same_data = (results.get("data_dirs") or {}).get(name) == data_dir
+    return results.get("limits", {}).get(name, results.get("config", {}).get("limit")) == limit and same_data
+
+
+def effective_data_dir(data_dir: str | None) -> str | None:
+    """The folder of local copies the completion-NLL tasks read: ``--data-dir``, else the environment variable
+    the tasks also honour (``DEPTHBENCH_NLL_DATA_DIR``), absolute; ``None`` for the Hub datasets."""
+    folder = data_dir or os.environ.get("DEPTHBENCH_NLL_DATA_DIR") or None
+    return str(Path(folder).resolve()) if folder else None
 
 
 def _output_dir(target: str, model_id: str, out_dir: str | os.PathLike | None, local: bool) -> Path:
@@ -168,9 +177,10 @@ def _card_name(model_id: str) -> str:
     return path.parent.name if Path(model_id).name == "final" else path.name
 
 
-def _evaluate_task(lm, manager, name: str, limit: float | None) -> dict[str, Any]:
+def _evaluate_task(lm, manager, name: str, limit: float | None, data_dir: str | None) -> dict[str, Any]:
     """lm-eval's results of task or group ``name`` with the token-weighted groups, the lm-eval version, the
-    ``limits`` of its entries and its wall time (``wall_seconds``)."""
+    ``limits`` of its entries, the data folder (``data_dirs``) and local files (``data_sources``: name, sha256,
+    the Hub dataset each stands for; ``[]`` for Hub data) they read, and its wall time (``wall_seconds``)."""
     import lm_eval
 
     t0 = time.time()
@@ -178,13 +188,17 @@ def _evaluate_task(lm, manager, name: str, limit: float | None) -> dict[str, Any
                               log_samples=False)
     add_token_weighted_groups(result)
     result.setdefault("lm_eval_version", lm_eval.__version__)
-    result["limits"] = {entry: limit for entry in set(result.get("results", {}))}
+    entries = set(result.get("results", {}))
+    result["limits"] = {entry: limit for entry in entries}
+    result["data_dirs"] = {entry: data_dir for entry in entries}
+    local = local_data_sources(result, data_dir, task_dir=tasks_dir()) if data_dir else {}
+    result["data_sources"] = {entry: local.get(entry, []) for entry in entries}
     result["wall_seconds"] = {name: round(time.time() - t0, 2)}
     return result
 
 
-def _run_tasks(lm, manager, pending: list[str], *, model_id: str, limit: float | None, out: Path,
-               merged: dict[str, Any] | None, log) -> tuple[dict[str, Any] | None, list[str]]:
+def _run_tasks(lm, manager, pending: list[str], *, model_id: str, limit: float | None, data_dir: str | None,
+               out: Path, merged: dict[str, Any] | None, log) -> tuple[dict[str, Any] | None, list[str]]:
     """Evaluate each of ``pending`` on its own, saving ``results.json`` and ``results.md`` after each; returns
     the merged results and the failures (a failing task does not stop the others)."""
     failures: list[str] = []
@@ -192,7 +206,7 @@ def _run_tasks(lm, manager, pending: list[str], *, model_id: str, limit: float |
     for name in pending:
         log(f"eval: {model_id}: {name} (limit {limit})")
         try:
-            result = _evaluate_task(lm, manager, name, limit)
+            result = _evaluate_task(lm, manager, name, limit, data_dir)
         except Exception as exc:  # noqa: BLE001 - reported by the caller, after the other tasks ran and were saved
             failures.append(f"task {name} failed on {model_id}: {type(exc).__name__}: {exc}")
             log(f"eval: {failures[-1]}")
@@ -225,10 +239,11 @@ def evaluate_checkpoint(target: str, tasks: list[str], *, out_dir: str | os.Path
         raise EvalError("--tasks is empty; name at least one task or group, e.g. " + DEFAULT_TASKS)
     results_path = out / "results.json"
     old = atomic.read_json(results_path)
-    pending = [t for t in tasks if not _done(old, t, limit)]
+    data_dir = effective_data_dir(data_dir)
+    pending = [t for t in tasks if not _done(old, t, limit, data_dir)]
     metadata = {"pretrained": model_id, "trust_remote_code": trust_remote_code}
     if data_dir:
-        metadata["depthbench_data_dir"] = str(Path(data_dir).resolve())
+        metadata["depthbench_data_dir"] = data_dir
     manager = task_manager(tasks, metadata, include_path)  # unknown names fail before the model is loaded
     if not pending:
         log(f"eval: {model_id}: all of {', '.join(tasks)} already in {results_path} (limit {limit}); skipped")
@@ -239,8 +254,8 @@ def evaluate_checkpoint(target: str, tasks: list[str], *, out_dir: str | os.Path
                                                 trust_remote_code=trust_remote_code)
     lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length,
               backend="causal")
-    merged, failures = _run_tasks(lm, manager, pending, model_id=model_id, limit=limit, out=out, merged=old,
-                                  log=log)
+    merged, failures = _run_tasks(lm, manager, pending, model_id=model_id, limit=limit, data_dir=data_dir, out=out,
+                                  merged=old, log=log)
     if update_card and local and merged:
         card = record_in_model_card(Path(model_id) / "README.md", merged, _card_name(model_id), task_dir=tasks_dir())
         log(f"eval: model-index updated in {card}")

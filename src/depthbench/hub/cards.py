@@ -8,10 +8,14 @@ so it loads back with ``ModelCard.load`` / ``huggingface_hub.metadata_load``.
 
 What goes in (all read from files, never from the training process): the architecture from the registry (name,
 paper, the config class docstring as the paragraph on the residual design), the shape from the export's
-``config.json`` (L, d, d/L, heads, parameter counts with the architecture's extra parameters), the recipe from the
-run's ``run_config.json`` (tokens, steps, LR, warmup, batch, seed, data), the final train loss and held-out losses
-from ``summary.json`` (or the last rows of ``metrics.jsonl`` while the run is still going), a loss-curve PNG from
-``metrics.jsonl``, optional lm-eval results (``lm_eval`` JSON output) as ``model-index`` entries.
+``config.json`` (L, d, d/L, heads, parameter counts with the architecture's extra parameters and the budget label
+of the repository name), the recipe from the run's ``run_config.json`` (tokens, steps, LR, warmup, batch, seed),
+the training data from the data folder's ``meta.json`` (Hub dataset ids as ``datasets`` metadata; local files and
+tokenizers by name, never a local path), the final train loss and held-out losses from ``summary.json`` (or the
+last rows of ``metrics.jsonl`` while the run is still going; for a ``step-NNNNNN`` revision only what was logged up
+to that step), a loss-curve PNG from ``metrics.jsonl``, optional lm-eval results (``lm_eval`` JSON output) and
+those ``depthbench eval`` recorded as ``model-index`` entries and the "Evaluation results" table, which say when a
+result comes from local copies or a subset (:mod:`depthbench.eval_records`).
 
     from depthbench.hub.cards import write_card
     write_card("runs/hc/final", run_dir="runs/hc", repo_id="aspect-ratio-scaling/hc-lr3e-3-llama-2M-L4-pretrain")
@@ -21,9 +25,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 
-from depthbench import atomic
+from depthbench import atomic, eval_records
 
 CARD_TEMPLATE = "depthbench_model_card.md"
 LOSS_CURVE = "loss_curve.png"
@@ -66,8 +71,16 @@ def read_metrics(run_dir: str) -> list[dict]:
     return rows
 
 
-def collect_inputs(export_dir: str, run_dir: str | None = None, **extra) -> CardInputs:
-    """Read the export's ``config.json`` and, if given, the run's ``run_config.json``/``summary.json``/metrics."""
+def revision_step(revision: str | None) -> int | None:
+    """The training step of a checkpoint branch ``step-NNNNNN`` (``None`` for ``main`` or no revision)."""
+    match = re.fullmatch(r"step-(\d+)", revision or "")
+    return int(match[1]) if match else None
+
+
+def collect_inputs(export_dir: str, run_dir: str | None = None, step: int | None = None, **extra) -> CardInputs:
+    """Read the export's ``config.json`` and, if given, the run's ``run_config.json``/``summary.json``/metrics;
+    for the checkpoint at ``step`` only what was logged up to that step (the run's summary only if it ended
+    there), so an intermediate checkpoint's card never shows the final model's losses."""
     model_config = atomic.read_json(os.path.join(export_dir, "config.json"))
     if model_config is None:
         raise ValueError(f"{export_dir} has no config.json: a model card needs the exported model's config")
@@ -77,6 +90,10 @@ def collect_inputs(export_dir: str, run_dir: str | None = None, **extra) -> Card
         inputs.run_config = atomic.read_json(os.path.join(run_dir, "run_config.json"))
         inputs.summary = atomic.read_json(os.path.join(run_dir, "summary.json"))
         inputs.metrics = read_metrics(run_dir)
+        if step is not None:
+            inputs.metrics = [r for r in inputs.metrics if r.get("step", 0) <= step]
+            if (inputs.summary or {}).get("steps") != step:
+                inputs.summary = None
     return inputs
 
 
@@ -105,18 +122,42 @@ def _arch_for(model_config: dict):
                      f"known: {', '.join(a.model_type for a in ARCHITECTURES.values())}")
 
 
-def _millions(n: int | None) -> str:
-    return "?" if n is None else f"{n / 1e6:.2f}M"
-
-
 def _shape(arch, model_config: dict) -> dict:
+    """The shape table's values; the total parameter count carries the budget label of the repository name
+    (:func:`depthbench.hub.names.format_budget`), so the card and the name agree."""
+    from depthbench.hub.names import format_budget
+
     config = arch.config_class.from_dict({k: v for k, v in model_config.items() if k not in ("auto_map",)})
     counts = config.parameter_counts()
     L, d = config.num_hidden_layers, config.hidden_size
     return {"L": L, "d": d, "d_over_l": f"{d / L:.2f}", "heads": config.num_attention_heads,
             "kv_heads": config.num_key_value_heads, "head_dim": config.head_dim, "f": config.intermediate_size,
-            "vocab": config.vocab_size, "total": _millions(counts["total"]), "extra": _millions(counts["extra"]),
-            "counts": counts}
+            "vocab": config.vocab_size, "total": f"{counts['total']:,} ({format_budget(counts['total'])})",
+            "extra": f"{counts['extra']:,}", "counts": counts}
+
+
+def training_data(inputs: CardInputs) -> tuple[list[str], str | None]:
+    """``(datasets, description)`` of the run's training data, from its data folder's ``meta.json`` (written by
+    ``depthbench prepare-data``): the Hub dataset ids it was read from, else the folder's name for local files,
+    as the card's ``datasets`` metadata, and the card's "data" row. Never a local absolute path: local files and
+    tokenizers are named by their file or folder name."""
+    data_dir = (((inputs.run_config or {}).get("config") or {}).get("data") or {}).get("data_dir")
+    if not data_dir:
+        return [], None
+    folder = os.path.basename(os.path.normpath(data_dir))
+    meta = atomic.read_json(os.path.join(data_dir, "meta.json")) or {}
+    sources = [s for s in meta.get("sources") or [] if isinstance(s, dict) and s.get("path")]
+    hub = list(dict.fromkeys(s["path"] for s in sources if s.get("kind") == "hf"))
+    local = list(dict.fromkeys(os.path.basename(s["path"]) for s in sources if s.get("kind") != "hf"))
+    parts = [f"`{h}` (Hub dataset)" for h in hub]
+    if local:
+        parts.append("local files " + ", ".join(f"`{name}`" for name in local))
+    tokenizer = meta.get("tokenizer")
+    if tokenizer and not tokenizer.startswith("<"):
+        local_tok = os.path.isabs(tokenizer) or os.path.exists(tokenizer)
+        parts.append(f"tokenizer `{os.path.basename(os.path.normpath(tokenizer)) if local_tok else tokenizer}`")
+    names = hub + ([folder] if local or not hub else [])
+    return names, f"`{folder}`" + (f": {'; '.join(parts)}" if parts else "")
 
 
 def _last_eval(inputs: CardInputs) -> tuple[float | None, dict[str, float], int | None]:
@@ -154,7 +195,7 @@ def _recipe(inputs: CardInputs) -> list[dict]:
                       f"{optim.get('weight_decay')}, clip {optim.get('grad_clip')}"),
         ("precision", resolved.get("mixed_precision")),
         ("seed", train.get("seed")),
-        ("data", data.get("data_dir")),
+        ("data", training_data(inputs)[1]),
     ]
     return [{"name": n, "value": v} for n, v in rows if v is not None]
 
@@ -171,14 +212,15 @@ def eval_results(inputs: CardInputs, model_name: str) -> list:
                           source_url=f"https://arxiv.org/abs/{STUDY_ARXIV}")
                for split, loss in sorted(evals.items()) if loss is not None]
     for task, metrics in sorted(((inputs.lm_eval or {}).get("results") or {}).items()):
+        provenance = eval_records.provenance(inputs.lm_eval, task)  # local copies, subsets: said in the entry
         for key, value in sorted(metrics.items()):
             name, _, _filter = key.partition(",")
             if not isinstance(value, (int, float)) or name.endswith("_stderr") or name == "alias":
                 continue
-            results.append(EvalResult(task_type="text-generation", task_name=task, dataset_type=task,
-                                      dataset_name=task, metric_type=name, metric_value=float(value),
-                                      source_name="lm-evaluation-harness",
-                                      source_url="https://github.com/EleutherAI/lm-evaluation-harness"))
+            entry = EvalResult(task_type="text-generation", task_name=task, dataset_type=task, dataset_name=task,
+                               metric_type=name, metric_value=float(value), source_name="lm-evaluation-harness",
+                               source_url=eval_records.LM_EVAL_URL)
+            results.append(eval_records.mark(entry, provenance))
     fresh = {(r.dataset_name, r.metric_type) for r in results}
     return results + [r for r in inputs.recorded if (r.dataset_name, r.metric_type) not in fresh]
 
@@ -228,11 +270,13 @@ def render_card(inputs: CardInputs, repo_id: str | None = None, revision: str | 
     if len(evals) > 1:
         losses.append({"name": "held-out loss, mean of splits", "value": f"{sum(evals.values()) / len(evals):.4f}"})
     name = arch.description.split(":")[0]
+    results = eval_results(inputs, repo_id.split("/")[-1])
     data = ModelCardData(
         language="en", license=LICENSE, library_name="transformers", pipeline_tag="text-generation",
         tags=["depthbench", f"depthbench-{arch.id}", "residual-connections", "custom_code", f"arxiv:{STUDY_ARXIV}",
               f"arxiv:{arch.arxiv}"],
-        model_name=repo_id.split("/")[-1], eval_results=eval_results(inputs, repo_id.split("/")[-1]) or None,
+        model_name=repo_id.split("/")[-1], eval_results=results or None,
+        datasets=training_data(inputs)[0] or None,
         base_model=inputs.source["repo"] if inputs.source and "/" in str(inputs.source.get("repo")) else None,
     )
     context = {
@@ -240,6 +284,7 @@ def render_card(inputs: CardInputs, repo_id: str | None = None, revision: str | 
         "arch": {"id": arch.id, "name": name, "paper_url": arch.paper_url, "card": arch.card.split("\nArgs:")[0]},
         "shape": shape, "recipe": _recipe(inputs), "losses": losses, "loss_curve": loss_curve,
         "source": inputs.source, "notes": inputs.notes,
+        "eval_section": eval_records.section(results),
         "revision_note": (f"This is the intermediate checkpoint at `{revision}` (branch of the repository); "
                           f"the `main` branch holds the final model.") if revision and revision != "main" else None,
     }
@@ -266,7 +311,7 @@ def write_card(export_dir: str, run_dir: str | None = None, repo_id: str | None 
     ``run_dir`` is the training run's folder (recipe, losses, curve); ``extra`` goes to :class:`CardInputs`
     (``source``, ``notes``, ``lm_eval``).
     """
-    inputs = collect_inputs(export_dir, run_dir, **extra)
+    inputs = collect_inputs(export_dir, run_dir, step=revision_step(revision), **extra)
     curve = plot_loss_curve(inputs.metrics, os.path.join(export_dir, LOSS_CURVE)) if inputs.metrics else None
     card = render_card(inputs, repo_id=repo_id, revision=revision, loss_curve=LOSS_CURVE if curve else None)
     path = os.path.join(export_dir, "README.md")
@@ -280,7 +325,7 @@ def card_files(export_dir: str, run_dir: str | None, repo_id: str, revision: str
     instead of the export's own card, without writing into the run folder)."""
     import tempfile
 
-    inputs = collect_inputs(export_dir, run_dir, lm_eval=lm_eval)
+    inputs = collect_inputs(export_dir, run_dir, step=revision_step(revision), lm_eval=lm_eval)
     out: dict[str, bytes] = {}
     with tempfile.TemporaryDirectory() as tmp:
         curve = plot_loss_curve(inputs.metrics, os.path.join(tmp, LOSS_CURVE)) if inputs.metrics else None

@@ -40,15 +40,15 @@ def format_lr(lr: float) -> str:
 
 
 def format_budget(total_params: int) -> str:
-    """Parameter budget label: ``405_400_000`` -> ``400M``, ``1_615_300_000`` -> ``1.6B``, ``2_040_000`` -> ``2M``."""
-    if total_params >= 1e9:
-        value, unit = total_params / 1e9, "B"
-    elif total_params >= 1e6:
-        value, unit = total_params / 1e6, "M"
-    else:
-        value, unit = total_params / 1e3, "K"
-    rounded = float(f"{value:.1g}") if value >= 100 else float(f"{value:.2g}")
-    return f"{rounded:g}{unit}"
+    """Parameter budget label: one significant digit from 100M up to 1B (the study's ``200M`` ... ``500M``
+    ladders: ``405_400_000`` -> ``400M``), two otherwise (``1_615_300_000`` -> ``1.6B``, ``20_100_000`` -> ``20M``,
+    ``266_816`` -> ``270K``); the count is rounded first, then written in K, M or B."""
+    digits = 1 if 1e8 <= total_params < 1e9 else 2
+    rounded = float(f"{total_params:.{digits}g}")
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if rounded >= scale:
+            return f"{rounded / scale:g}{unit}"
+    return f"{rounded:g}"
 
 
 def default_repo_name(arch_id: str, total_params: int, depth: int, lr: float | None, org: str = ORG) -> str:

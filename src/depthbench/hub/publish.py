@@ -21,57 +21,40 @@
   repository ``<org>/<sweep>-sweep-report`` (a collection description is limited to a line), which the
   collection lists first.
 * **Authentication** is huggingface_hub's own (``HF_TOKEN``, ``hf auth login``). A missing, invalid or read-only
-  token is an error before anything is uploaded.
+  token, a namespace the token cannot write to, or a repository name the Hub would reject (checked locally with
+  huggingface_hub's validator, in dry runs too) is an error before anything is uploaded.
+* **Failures** (:mod:`depthbench.hub.sync`): every branch either does not exist or holds exactly its own export,
+  whatever fails when (a new branch appears only once its files are committed); a repository created by the
+  failed run is removed again if its ``main`` did not make it; the error is one line naming the repository, what
+  is complete and what to do (exit code 2 for a refusal (401/403), 1 for a failure of the Hub: rerun).
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
-import hashlib
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from depthbench import atomic, runs
+from depthbench.hub.sync import (  # the plans, their upload and the errors of publishing
+    BranchPlan,
+    FilePlan,
+    PublishError,
+    PublishFailed,
+    RepoPlan,
+    _call,
+    diff_branch,
+    execute_repo,
+    remote_files,
+    remote_heads,
+)
 
 CARD_FILES = ("README.md", "loss_curve.png")
 CONVERSION_RECORD = "depthbench_conversion.json"  # written by depthbench convert next to the converted model
 
 
-class PublishError(ValueError):
-    """A run cannot be published as asked (bad folder, no/read-only token, ...); the message says why."""
-
-
-@dataclass
-class FilePlan:
-    path: str  # path in the repository
-    size: int
-    status: str  # "new" | "changed" | "unchanged" | "unknown" (remote state not readable)
-    local: str | None = None  # local file, or None when ``content`` holds the bytes
-    content: bytes | None = None
-
-
-@dataclass
-class BranchPlan:
-    branch: str
-    export_dir: str
-    files: list[FilePlan] = field(default_factory=list)
-    deletions: list[str] = field(default_factory=list)
-
-    @property
-    def uploads(self) -> list[FilePlan]:
-        return [f for f in self.files if f.status != "unchanged"]
-
-
-@dataclass
-class RepoPlan:
-    repo_id: str
-    source_dir: str
-    run_dir: str | None
-    branches: list[BranchPlan] = field(default_factory=list)
-    exists: bool | None = None
-    note: str = ""
 
 
 @dataclass
@@ -83,18 +66,6 @@ class SweepPlan:
 
 
 # ================================================================================================ local side
-def git_blob_sha1(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-def _file_ids(path: str | None, content: bytes | None) -> tuple[str, str]:
-    """(git blob sha1, sha256) of a local file or bytes."""
-    if content is None:
-        with open(path, "rb") as f:
-            content = f.read()
-    return git_blob_sha1(content), hashlib.sha256(content).hexdigest()
-
-
 def run_exports(run_dir: str, revisions: bool) -> list[tuple[str, str]]:
     """``[(branch, export dir)]``: ``main`` <- ``final/``, and with ``revisions`` ``step-NNNNNN`` <- each
     checkpoint's ``hf/`` export."""
@@ -144,46 +115,12 @@ def local_files(export_dir: str, card: dict[str, bytes]) -> list[FilePlan]:
     return sorted(files, key=lambda f: f.path)
 
 
-# ================================================================================================ remote side
-def remote_files(api, repo_id: str, branch: str) -> dict[str, tuple[str | None, str | None]] | None:
-    """``{path: (git blob sha1, lfs sha256)}`` of a branch; ``None`` if the repository or branch does not exist."""
-    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
-    from huggingface_hub.hf_api import RepoFile
-
-    try:
-        entries = api.list_repo_tree(repo_id, revision=branch, recursive=True)
-        out = {}
-        for entry in entries:
-            if not isinstance(entry, RepoFile):
-                continue  # a folder
-            lfs = getattr(entry, "lfs", None)
-            out[entry.path] = (getattr(entry, "blob_id", None), getattr(lfs, "sha256", None) if lfs else None)
-        return out
-    except (RepositoryNotFoundError, RevisionNotFoundError):
-        return None
-
-
-def diff_branch(plan: BranchPlan, remote: dict | None) -> None:
-    """Mark each file new/changed/unchanged against ``remote`` and list remote files to delete."""
-    if remote is None:
-        return
-    local_paths = set()
-    for f in plan.files:
-        local_paths.add(f.path)
-        if f.path not in remote:
-            f.status = "new"
-            continue
-        sha1, sha256 = _file_ids(f.local, f.content)
-        blob, lfs = remote[f.path]
-        f.status = "unchanged" if (lfs == sha256 if lfs else blob == sha1) else "changed"
-    plan.deletions = sorted(p for p in remote if p not in local_paths and p != ".gitattributes")
-
-
 # ================================================================================================ plan + upload
-def check_auth(api) -> str:
-    """The user name of the token huggingface_hub finds (``HF_TOKEN``, ``hf auth login``); raises
+def check_auth(api) -> tuple[str, set[str] | None]:
+    """The user name of the token huggingface_hub finds (``HF_TOKEN``, ``hf auth login``) and the namespaces it
+    may write to (the user's and its organisations' where its role is not ``read``; ``None`` if unknown); raises
     :class:`PublishError` for a missing, invalid or read-only token."""
-    from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError
+    from huggingface_hub.errors import HfHubHTTPError, HTTPError, LocalTokenNotFoundError
 
     try:
         if api.token is False:
@@ -193,13 +130,38 @@ def check_auth(api) -> str:
         raise PublishError("no Hugging Face token found: set HF_TOKEN or run `hf auth login` (a token with write "
                            "access to the target organisation is needed); nothing was uploaded") from None
     except HfHubHTTPError as exc:
-        raise PublishError(f"the Hugging Face token was rejected ({exc.response.status_code}): set a valid HF_TOKEN "
-                           "or run `hf auth login`; nothing was uploaded") from None
+        if exc.response.status_code in (401, 403):
+            raise PublishError(f"the Hugging Face token was rejected ({exc.response.status_code}): set a valid "
+                               "HF_TOKEN or run `hf auth login`; nothing was uploaded") from None
+        raise PublishFailed(f"the Hub failed to check the token (HTTP {exc.response.status_code}); nothing was "
+                            "uploaded: rerun later") from None
+    except HTTPError as exc:
+        raise PublishFailed(f"cannot reach the Hub ({type(exc).__name__}: {exc}); nothing was uploaded: check the "
+                            "connection (HF_ENDPOINT) and rerun") from None
     role = ((info.get("auth") or {}).get("accessToken") or {}).get("role")
     if role == "read":
         raise PublishError(f"the Hugging Face token of {info.get('name')!r} is read-only: create a token with write "
                            "access (https://huggingface.co/settings/tokens); nothing was uploaded")
-    return info.get("name", "")
+    orgs = info.get("orgs")
+    if not info.get("name") or not isinstance(orgs, list):
+        return info.get("name", ""), None
+    writable = {info["name"]} | {o.get("name") for o in orgs if o.get("roleInOrg") != "read"}
+    return info["name"], writable
+
+
+def check_repo_id(repo_id: str, what: str) -> None:
+    """A :class:`PublishError` when the Hub would reject ``repo_id`` as a name (huggingface_hub's own validator:
+    ``NAMESPACE/NAME``, letters, digits, ``-_.``, no ``--``/``..``, at most 96 characters per part)."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        if repo_id.count("/") != 1:
+            raise HFValidationError(f"it must be NAMESPACE/NAME, e.g. aspect-ratio-scaling/my-model: '{repo_id}'")
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        raise PublishError(f"{what} {repo_id!r} is not a valid Hub repository id ({exc}); nothing was "
+                           "uploaded") from None
 
 
 def plan_repo(api, source_dir: str, run_dir: str | None, repo_id: str, revisions: bool, lm_eval: dict | None,
@@ -214,46 +176,27 @@ def plan_repo(api, source_dir: str, run_dir: str | None, repo_id: str, revisions
             card = card_files(export_dir, run_dir, repo_id, revision=branch, lm_eval=lm_eval)
         else:  # a converted model: keep its own card (it names the source checkpoint)
             card = {}
-        branch_plan = BranchPlan(branch, export_dir, local_files(export_dir, card))
-        try:
-            remote = remote_files(api, repo_id, branch) if read_remote else False
-            if remote is None and branch != "main":
-                remote = remote_files(api, repo_id, "main")  # the new branch starts from main
-        except Exception as exc:  # offline, no access, ...: the plan says "unknown" (the upload re-reads the state)
-            plan.note = f"remote state unreadable: {type(exc).__name__}"
-            remote = False
-        if remote is False:
-            for f in branch_plan.files:
-                f.status = "unknown"
-        else:
-            if branch == "main":
-                plan.exists = remote is not None
-            diff_branch(branch_plan, remote)
-        plan.branches.append(branch_plan)
+        plan.branches.append(BranchPlan(branch, export_dir, local_files(export_dir, card)))
+    if read_remote:
+        read_remote_state(api, plan)
     return plan
 
 
-def execute_repo(api, plan: RepoPlan, private: bool) -> list[str]:
-    """Create the repository / branches and make one commit per branch that changed; returns commit ids."""
-    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
-    from tqdm.auto import tqdm
-
-    api.create_repo(plan.repo_id, private=private, exist_ok=True, repo_type="model")
-    commits = []
-    for branch in tqdm(plan.branches, desc=f"publish {plan.repo_id}", unit="branch"):
-        if branch.branch != "main":
-            api.create_branch(plan.repo_id, branch=branch.branch, exist_ok=True)
-        # re-read the branch: it may have been created from main just now
-        diff_branch(branch, remote_files(api, plan.repo_id, branch.branch))
-        ops = [CommitOperationAdd(f.path, f.local if f.content is None else f.content) for f in branch.uploads]
-        ops += [CommitOperationDelete(p) for p in branch.deletions]
-        if not ops:
-            continue
-        info = api.create_commit(plan.repo_id, operations=ops, revision=branch.branch,
-                                 commit_message=f"depthbench publish: {branch.branch} "
-                                                f"({len(branch.uploads)} files, {len(branch.deletions)} deleted)")
-        commits.append(info.oid)
-    return commits
+def read_remote_state(api, plan: RepoPlan) -> None:
+    """Diff every branch of ``plan`` against the Hub (a branch that does not exist yet: every file is new); when
+    the remote state cannot be read (offline, no access), the files are "unknown" and the plan says why."""
+    try:
+        heads = remote_heads(api, plan.repo_id)
+        plan.exists = heads is not None
+        for branch in plan.branches:
+            head = (heads or {}).get(branch.branch)
+            diff_branch(branch, remote_files(api, plan.repo_id, head) if head else None)
+    except Exception as exc:  # offline, no access, ...: the plan says "unknown" (the upload re-reads the state)
+        plan.note = f"remote state unreadable: {type(exc).__name__}"
+        plan.exists = None
+        for branch in plan.branches:
+            for f in branch.files:
+                f.status = "unknown"
 
 
 def _sweep_plan(sweep_dir: str, org: str, repos: list[RepoPlan]) -> SweepPlan:
@@ -279,6 +222,47 @@ def _sweep_plan(sweep_dir: str, org: str, repos: list[RepoPlan]) -> SweepPlan:
     return SweepPlan(f"depthbench {name}"[:59], org, description[:150], report)
 
 
+def publish_targets(path: str, repo: str | None, revisions: bool) -> list[tuple[str, str | None]]:
+    """``[(model folder, run folder or None)]`` to publish for ``path`` (a run, a sweep or an HF folder); a
+    :class:`PublishError` naming what is wrong otherwise (an unfinished run: it has no final export yet)."""
+    if not os.path.isdir(path):
+        raise PublishError(f"{path} is not a folder: give a run folder, a sweep folder or a converted model folder")
+    if runs.is_sweep(path):
+        if repo:
+            raise PublishError("--repo names one repository; a sweep publishes one per run (use --org instead)")
+        targets = [(run.model_dir, run.run_dir) for run in runs.sweep_runs(path, finished=True)]
+        if not targets:
+            raise PublishError(f"sweep {path} has no finished run with a final/ export: nothing to publish")
+        return targets
+    if os.path.isfile(os.path.join(path, "config.json")) and not os.path.isdir(os.path.join(path, "final")):
+        if revisions:
+            raise PublishError("--revisions needs a training run folder (checkpoints/); this is a single HF folder")
+        return [(path, None)]  # an HF folder (e.g. a depthbench convert output)
+    if os.path.isdir(os.path.join(path, runs.FINAL)) or runs.is_run(path):
+        final = runs.final_dir(path)
+        if final is None:
+            raise PublishError(f"{path} is a training run with no final export yet ({os.path.join(path, runs.FINAL)}"
+                               "/config.json is missing): only finished runs are published; finish or resume the "
+                               "run first, or publish one of its checkpoints' hf/ folders")
+        return [(final, path)]
+    raise PublishError(f"{path} is neither a run folder (final/, run_config.json), a sweep folder (sweep.json) "
+                       "nor an HF model folder (config.json)")
+
+
+def check_namespaces(repo_ids: list[str], user: str, writable: set[str] | None) -> None:
+    """A :class:`PublishError` before anything is written when a repository's namespace is neither the user's
+    nor one of its organisations' (the Hub would answer 403)."""
+    if writable is None:
+        return
+    for repo_id in repo_ids:
+        namespace = repo_id.split("/")[0]
+        if namespace not in writable:
+            raise PublishError(f"the token of {user!r} cannot write to the namespace {namespace!r} of {repo_id} "
+                               f"(it can write to {', '.join(sorted(writable))}): publish under one of those (--org "
+                               f"NAMESPACE or --repo NAMESPACE/NAME) or use a token of a member of {namespace!r}; "
+                               "nothing was uploaded")
+
+
 def publish(path: str, repo: str | None = None, private: bool = False, revisions: bool = False,
             dry_run: bool = False, org: str | None = None, api=None, lm_eval_json: str | None = None,
             out=None) -> dict:
@@ -287,6 +271,12 @@ def publish(path: str, repo: str | None = None, private: bool = False, revisions
     ``repo`` (runs only) overrides the default name; ``org`` the namespace of default names
     (``aspect-ratio-scaling``). ``api`` is an ``HfApi`` (default: huggingface_hub's, honouring ``HF_ENDPOINT`` and
     ``HF_TOKEN``). With ``dry_run`` nothing is written anywhere; the plan is printed to ``out`` (stdout).
+
+    Raises:
+        PublishError: Bad input (exit code 2): the folder, a repository name the Hub rejects, a missing or
+            read-only token, a namespace the token cannot write to. Nothing was uploaded.
+        PublishFailed: The Hub failed midway (exit code 1); the message says which branches are complete (no
+            branch ever holds another revision's files) and to rerun.
     """
     import sys
 
@@ -296,56 +286,58 @@ def publish(path: str, repo: str | None = None, private: bool = False, revisions
 
     out = out or sys.stdout
     api = api or HfApi()
-    if not os.path.isdir(path):
-        raise PublishError(f"{path} is not a folder: give a run folder, a sweep folder or a converted model folder")
-    if repo is not None and repo.count("/") != 1:
-        raise PublishError(f"--repo {repo!r} must be NAMESPACE/NAME, e.g. aspect-ratio-scaling/my-model")
-    lm_eval = atomic.read_json(lm_eval_json) if lm_eval_json else None
-    sweep = runs.is_sweep(path)
-    if sweep:
-        if repo:
-            raise PublishError("--repo names one repository; a sweep publishes one per run (use --org instead)")
-        targets = [(run.run_dir, run.run_dir) for run in runs.sweep_runs(path, finished=True)]
-        if not targets:
-            raise PublishError(f"sweep {path} has no finished run with a final/ export: nothing to publish")
-    elif os.path.isfile(os.path.join(path, "config.json")) and not os.path.isdir(os.path.join(path, "final")):
-        targets = [(path, None)]  # an HF folder (e.g. a depthbench convert output)
-        if revisions:
-            raise PublishError("--revisions needs a training run folder (checkpoints/); this is a single HF folder")
-    elif os.path.isdir(os.path.join(path, "final")) or os.path.exists(os.path.join(path, "run_config.json")):
-        targets = [(path, path)]
-    else:
-        raise PublishError(f"{path} is neither a run folder (final/, run_config.json), a sweep folder (sweep.json) "
-                           "nor an HF model folder (config.json)")
-    if not dry_run:
-        user = check_auth(api)
     namespace = org or ORG
-    plans = []
-    for source, run_dir in targets:
-        source_dir = os.path.join(source, "final") if run_dir else source
-        repo_id = repo or default_repo_for(source_dir, run_dir, namespace)
-        plans.append(plan_repo(api, source_dir, run_dir, repo_id, revisions, lm_eval, read_remote=True))
+    if repo is not None:
+        check_repo_id(repo, "--repo")
+    if org is not None:
+        check_repo_id(f"{org}/name", "--org namespace")
+    targets = publish_targets(path, repo, revisions)
+    lm_eval = atomic.read_json(lm_eval_json) if lm_eval_json else None
+    repo_ids = [repo or default_repo_for(source_dir, run_dir, namespace) for source_dir, run_dir in targets]
+    for repo_id in repo_ids:
+        check_repo_id(repo_id, "the repository name")
+    sweep = runs.is_sweep(path)
+    user = ""
+    if not dry_run:
+        user, writable = check_auth(api)
+        check_namespaces(repo_ids, user, writable)  # a sweep's report and collection share its runs' namespace
+    plans = [plan_repo(api, source_dir, run_dir, repo_id, revisions, lm_eval)
+             for (source_dir, run_dir), repo_id in zip(targets, repo_ids)]
     sweep_plan = _sweep_plan(path, namespace, plans) if sweep else None
     if sweep_plan and sweep_plan.report:
-        diff_branch(sweep_plan.report.branches[0], remote_files(api, sweep_plan.report.repo_id, "main"))
+        check_repo_id(sweep_plan.report.repo_id, "the sweep report's repository name")
+        read_remote_state(api, sweep_plan.report)
     print_plan(plans, sweep_plan, private, dry_run, out)
     result = {"repos": [p.repo_id for p in plans], "dry_run": dry_run, "commits": {}, "collection": None}
     if dry_run:
         return result
-    for plan in plans:
-        result["commits"][plan.repo_id] = execute_repo(api, plan, private)
-    if sweep_plan:
-        if sweep_plan.report:
-            result["commits"][sweep_plan.report.repo_id] = execute_repo(api, sweep_plan.report, private)
-        collection = api.create_collection(sweep_plan.title, namespace=sweep_plan.namespace,
-                                           description=sweep_plan.description, private=private, exists_ok=True)
-        items = ([sweep_plan.report.repo_id] if sweep_plan.report else []) + [p.repo_id for p in plans]
-        for item in items:
-            api.add_collection_item(collection.slug, item_id=item, item_type="model", exists_ok=True)
-        result["collection"] = collection.slug
-        print(f"collection: {collection.url}", file=out)
+    _execute_all(api, plans, sweep_plan, private, result, out)
     print(f"published as {user or 'the token owner'}: " + ", ".join(result["repos"]), file=out)
     return result
+
+
+def _execute_all(api, plans: list[RepoPlan], sweep_plan: SweepPlan | None, private: bool, result: dict,
+                 out) -> None:
+    """Upload every plan (then the sweep's report and collection); a failure names the repositories that are
+    already complete."""
+    all_plans = plans + ([sweep_plan.report] if sweep_plan and sweep_plan.report else [])
+    for i, plan in enumerate(all_plans):
+        try:
+            result["commits"][plan.repo_id] = execute_repo(api, plan, private)
+        except (PublishError, PublishFailed) as exc:
+            if i:
+                raise type(exc)(f"{exc} (already complete: {', '.join(p.repo_id for p in all_plans[:i])})") from None
+            raise
+    if sweep_plan:
+        name = f"{sweep_plan.namespace}/{sweep_plan.title}"
+        collection = _call(name, "creating the collection", api.create_collection, sweep_plan.title,
+                           namespace=sweep_plan.namespace, description=sweep_plan.description, private=private,
+                           exists_ok=True)
+        for item in [p.repo_id for p in all_plans[len(plans):]] + [p.repo_id for p in plans]:
+            _call(name, f"adding {item} to the collection", api.add_collection_item, collection.slug,
+                  item_id=item, item_type="model", exists_ok=True)
+        result["collection"] = collection.slug
+        print(f"collection: {collection.url}", file=out)
 
 
 def _size(n: int) -> str:

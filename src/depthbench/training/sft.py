@@ -58,19 +58,25 @@ def format_prompt(instruction: str, input_text: str = "") -> str:
     return f"{PREAMBLE}\n\n### Instruction:\n{instruction}\n\n### Response:\n"
 
 
-def encode_example(tokenizer, row: dict[str, Any], max_seq_len: int = 512, index: int | None = None
-                   ) -> dict[str, list[int]]:
-    """``input_ids``, ``labels`` (-100 on the prompt) and ``attention_mask`` of one row.
+def encode_example(tokenizer, row: dict[str, Any], max_seq_len: int = 512, index: int | None = None,
+                   where: str | None = None) -> dict[str, list[int]]:
+    """``input_ids``, ``labels`` (-100 on the prompt) and ``attention_mask`` of one row; errors name it ``where``
+    (e.g. ``line 7 of rows.jsonl``), else ``row <index>``.
 
     Raises:
-        SFTError: A missing/non-string field, an empty instruction or output, or a prompt so long that no
+        SFTError: A missing/null/non-string field, an empty instruction or output, or a prompt so long that no
             response token survives truncation to ``max_seq_len``.
     """
-    where = f"row {index}" if index is not None else "row"
+    where = where or (f"row {index}" if index is not None else "row")
+    needs = "rows need 'instruction', 'output' and optionally 'input'"
     for name in ("instruction", "output"):
-        if name not in row or row[name] is None:
-            raise SFTError(f"{where} has no field {name!r} (fields: {', '.join(map(repr, row)) or 'none'}); "
-                           "rows need 'instruction', 'output' and optionally 'input'")
+        if name not in row:
+            raise SFTError(f"{where} has no field {name!r} (the row has {', '.join(map(repr, row)) or 'no field'}); "
+                           f"{needs}")
+        if row[name] is None:  # also a field absent from this row of a table whose other rows have it
+            valued = [k for k, v in row.items() if v is not None]
+            raise SFTError(f"{where}: field {name!r} is missing or null (the row's fields with a value: "
+                           f"{', '.join(map(repr, valued)) or 'none'}); {needs}")
         if not isinstance(row[name], str):
             raise SFTError(f"{where}: field {name!r} must be a string, got {type(row[name]).__name__}")
         if not row[name].strip():
@@ -149,9 +155,14 @@ class SFTConfig:
 
 
 # ============================================================================================ data
+ROW_COLUMN = "__row__"
+"""The column :func:`load_rows` adds: each row's position in the file or split before shuffling."""
+
+
 def load_rows(data: str, *, seed: int = 42, max_samples: int | None = None):
     """The instruction rows as a ``datasets.Dataset``: a local ``.json``/``.jsonl`` file, or a Hub dataset id
-    (train split); shuffled with ``seed`` and cut to ``max_samples``."""
+    (train split); shuffled with ``seed`` and cut to ``max_samples``. Column :data:`ROW_COLUMN` keeps each row's
+    position before shuffling (:func:`row_namer` turns it into the row's place in the file)."""
     import datasets
 
     path = Path(data)
@@ -168,16 +179,32 @@ def load_rows(data: str, *, seed: int = 42, max_samples: int | None = None):
         ds = datasets.load_dataset(data, split="train")
     if len(ds) == 0:
         raise SFTError(f"--data {data} has no rows")
-    ds = ds.shuffle(seed=seed)
+    ds = ds.add_column(ROW_COLUMN, list(range(len(ds)))).shuffle(seed=seed)  # the same order as without it
     if max_samples is not None:
         ds = ds.select(range(min(max_samples, len(ds))))
     return ds
 
 
-def tokenize_rows(ds, tokenizer, max_seq_len: int):
-    """``ds`` mapped through :func:`encode_example` (errors name the row's position after shuffling)."""
+def row_namer(data: str):
+    """``position -> "line 7 of rows.jsonl"``: where a row of ``data`` (at ``position`` before shuffling) is in
+    the file, 1-based (a JSONL line counting blank lines, the row of a JSON list), or ``<dataset>[train][i]``."""
+    path = Path(data)
+    if not path.is_file():
+        return lambda i: f"{data}[train][{i}]"
+    if path.suffix == ".jsonl":
+        with open(path, encoding="utf-8") as f:
+            numbers = [n for n, line in enumerate(f, start=1) if line.strip()]  # the lines that hold rows
+        return lambda i: f"line {numbers[i] if i < len(numbers) else i + 1} of {path.name}"
+    return lambda i: f"row {i + 1} of {path.name}"
+
+
+def tokenize_rows(ds, tokenizer, max_seq_len: int, name_row=None):
+    """``ds`` mapped through :func:`encode_example`; errors name each row by ``name_row(position before
+    shuffling)`` (:func:`row_namer`) when ``ds`` has :data:`ROW_COLUMN`, else by its position in ``ds``."""
     def encode(row, index):
-        return encode_example(tokenizer, row, max_seq_len, index)
+        position = row.pop(ROW_COLUMN, None)
+        where = name_row(position) if name_row and position is not None else None
+        return encode_example(tokenizer, row, max_seq_len, index, where=where)
 
     return ds.map(encode, with_indices=True, remove_columns=ds.column_names, desc="tokenizing")
 
@@ -222,7 +249,7 @@ def run_sft(cfg: SFTConfig, log=print) -> dict[str, Any]:
     model_id = model_dir(cfg.checkpoint)
     tokenizer = _load_tokenizer(model_id, cfg.trust_remote_code)
     train = tokenize_rows(load_rows(cfg.data, seed=cfg.shuffle_seed, max_samples=cfg.max_samples), tokenizer,
-                          cfg.max_seq_len)
+                          cfg.max_seq_len, name_row=row_namer(cfg.data))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     model = AutoModelForCausalLM.from_pretrained(model_id, dtype=torch.float32,
                                                  trust_remote_code=cfg.trust_remote_code)
