@@ -32,7 +32,10 @@ class _DepthLogits(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         query, *slots = ctx.saved_tensors
-        keys = torch.stack(slots, dim=3)
+        # Under autocast the forward product ran in the gradient's (lower) dtype, whatever its inputs' dtypes (a
+        # RoPE'd fp32 query, bf16 slots); the backward products run in it too (autograd casts each gradient back
+        # to its input's dtype).
+        query, keys = query.to(grad.dtype), torch.stack(slots, dim=3).to(grad.dtype)
         grad_query = torch.einsum("bkgts,bktsd->bkgtd", grad, keys)
         grad_keys = torch.einsum("bkgts,bkgtd->bktsd", grad, query)
         return (grad_query, *grad_keys.unbind(dim=3))
@@ -50,7 +53,7 @@ class _DepthReadout(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         weights, *slots = ctx.saved_tensors
-        values = torch.stack(slots, dim=3)
+        weights, values = weights.to(grad.dtype), torch.stack(slots, dim=3).to(grad.dtype)  # as in _DepthLogits
         grad_weights = torch.einsum("bkgtd,bktsd->bkgts", grad, values)
         grad_values = torch.einsum("bkgts,bkgtd->bktsd", weights, grad)
         return (grad_weights, *grad_values.unbind(dim=3))

@@ -77,7 +77,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "hub": {"core"},
     "evaluation": {"core"},
     "training": {"core", "data", "hub"},  # checkpoints and exports write model cards (depthbench.hub.cards)
-    "bench": {"core", "training"},  # the compiled path of the trainer
+    "bench": {"core", "training", "data"},  # the trainer's compiled path; the GPU check's FSDP2 run prepares a corpus
     "analysis": {"core", "data", "bench"},  # the efficiency metric times blocks with the benchmark's clock
     "sweeps": {"core", "data", "training", "evaluation", "analysis", "hub"},  # released eval: catalogue, conversion
     "cli": {"core"},

@@ -42,6 +42,12 @@ COMPILE_SCOPES = ("layers", "model")
 its own, or the whole forward as one graph."""
 
 
+PARALLELISMS = ("auto", "ddp", "fsdp2")
+"""``train.parallelism``: ``fsdp2`` shards the model (``depthbench.training.sharding``), ``ddp`` replicates it (one
+process: no wrapper), ``auto`` = FSDP2 when launched with an accelerate FSDP config (``fsdp_version: 2``, as
+``src/depthbench/configs/fsdp2.yaml``), else DDP."""
+
+
 class RunConfigError(ValueError):
     """A run file or override is invalid (the message names the offending key)."""
 
@@ -110,6 +116,7 @@ class TrainConfig:
     seed: int = 42
     mixed_precision: str = "auto"  # "auto" (bf16 on a bf16-capable GPU, else fp32) | "no" | "bf16" | "fp16"
     cpu: bool = False  # force CPU (automatic when no GPU is present)
+    parallelism: str = "auto"  # "auto" (FSDP2 under an accelerate FSDP launch config, else DDP) | "ddp" | "fsdp2"
     eval_every: int = 0  # steps between held-out evals (0: only at the end)
     log_every: int = 1  # steps between metrics.jsonl rows
     layer_stats_every: int = 0  # steps between layer-statistics captures (0: off)
@@ -345,6 +352,7 @@ def validate_run_config(cfg: RunConfig) -> None:
           "a positive integer")
     check(t.mixed_precision in ("auto", "no", "bf16", "fp16"), "train.mixed_precision", t.mixed_precision,
           "one of auto, no, bf16, fp16")
+    check(t.parallelism in PARALLELISMS, "train.parallelism", t.parallelism, f"one of {', '.join(PARALLELISMS)}")
     for key in ("eval_every", "log_every", "layer_stats_every"):
         value = getattr(t, key)
         check(isinstance(value, int) and value >= 0, f"train.{key}", value, "an integer >= 0")

@@ -17,6 +17,14 @@ architecture: :data:`DEFAULT_TRAIN_TIME_TARGET`)."""
 DEFAULT_TRAIN_TIME_TARGET = 1.08
 COMPILED_TARGET = 1.15
 """Compiled train-step target for every architecture, relative to compiled ``pre_ln``."""
+GPU_COMPILED_TARGETS: dict[str, float] = {
+    "hc": 1.10, "mhc": 1.07, "attnres": 1.05, "block_attnres": 1.02, "moda": 1.15, "denseformer": 1.02,
+}
+"""Compiled train-step targets at the study's 400M-L24 and 400M-L32 shapes on an H100/H200-class GPU, bf16 (time /
+compiled ``pre_ln``'s; ``mhc``: the mHC paper's fused-kernel figure), read by the GPU check
+(``depthbench.bench.gpu_check``)."""
+MFU_TARGET = 0.45
+"""``pre_ln``'s model FLOPs utilisation at 400M-L24 on an H100/H200-class GPU (the trainer's 6N definition)."""
 
 
 def _table(header: list[str], body: list[list[str]]) -> str:

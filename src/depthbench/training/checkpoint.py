@@ -1,9 +1,10 @@
 """Checkpoints of ``depthbench train``: the one owner of their on-disk layout.
 
     checkpoints/latest       name of the newest complete checkpoint (replaced atomically)
-    checkpoints/ckpt-000100/ state/ (accelerate save_state: model, optimizer, scheduler, RNG), hf/ (HF export +
-                             tokenizer + README.md model card), trainer_state.json (step, tokens, data-loader
-                             position, file manifest)
+    checkpoints/ckpt-000100/ state/ (accelerate save_state: model, optimizer, scheduler, RNG; under FSDP2 the model
+                             and optimizer are in state/dcp/, sharded: depthbench.training.model_state), hf/ (HF
+                             export + tokenizer + README.md model card), trainer_state.json (step, tokens,
+                             data-loader position, file manifest)
 
 Owned here: :class:`TrainerState` (what ``trainer_state.json`` stores), :class:`Checkpointer` (atomic save,
 verified load, pruning, HF export), :func:`find_resume_checkpoint` (``latest`` or the newest complete one) and
@@ -148,11 +149,18 @@ class Checkpointer:
     A checkpoint is written into ``ckpt-XXXXXX.tmp``, every file is fsynced, ``trainer_state.json`` (with a manifest
     of every file's size and sha256) is written last, then the folder is renamed and ``latest`` is replaced
     atomically. A crash at any point leaves ``latest`` on the previous complete checkpoint; stale ``.tmp`` folders
-    are removed by the next save. Only the newest ``keep_last`` checkpoints are kept.
+    are removed by the next save. Only the newest ``keep_last`` checkpoints are kept. A sharded (FSDP2) save keeps
+    the protocol: every rank writes (and fsyncs) its shards into the ``.tmp`` folder, and only after all of them
+    are done does the main process write the manifest and rename, so a rank killed during the save leaves
+    ``latest`` where it was.
+
+    ``model_state`` (:class:`depthbench.training.model_state.ModelState`) says where the model and optimizer go;
+    without one, accelerate's ``save_state``/``load_state`` and the model passed to :meth:`save` are used.
     """
 
-    def __init__(self, root: str, accelerator, keep_last: int = 2, hash_files: bool = True):
+    def __init__(self, root: str, accelerator, keep_last: int = 2, hash_files: bool = True, model_state=None):
         self.root, self.acc, self.keep_last, self.hash_files = root, accelerator, keep_last, hash_files
+        self.model_state = model_state
 
     @staticmethod
     def read_latest(root: str) -> str | None:
@@ -206,7 +214,10 @@ class Checkpointer:
                     shutil.rmtree(os.path.join(self.root, stale), ignore_errors=True)
             os.makedirs(tmp)
         acc.wait_for_everyone()
-        acc.save_state(os.path.join(tmp, "state"))
+        if self.model_state is not None:
+            self.model_state.save(os.path.join(tmp, "state"))
+        else:
+            acc.save_state(os.path.join(tmp, "state"))
         if hf_export:
             self._save_hf(os.path.join(tmp, "hf"), model, tokenizer_dir)
         acc.wait_for_everyone()
@@ -240,13 +251,16 @@ class Checkpointer:
 
     def _save_hf(self, path: str, model, tokenizer_dir: str | None) -> None:
         acc = self.acc
-        state_dict = acc.get_state_dict(model)  # collective under FSDP: every rank calls it
+        if self.model_state is not None:
+            state_dict = self.model_state.full_state_dict()  # collective under FSDP2: every rank calls it
+        else:
+            state_dict = acc.get_state_dict(model)
         if acc.is_main_process:
             from transformers.utils import logging as hf_logging
 
             from depthbench.hub.cards import write_card
 
-            unwrapped = acc.unwrap_model(model)
+            unwrapped = self.model_state.export_model() if self.model_state is not None else acc.unwrap_model(model)
             hf_logging.disable_progress_bar()
             try:
                 unwrapped.save_pretrained(path, state_dict=state_dict, safe_serialization=True)
@@ -301,7 +315,10 @@ class Checkpointer:
             if "sha256" in entry and sha256_file(file) != entry["sha256"]:
                 raise CheckpointError(f"checkpoint file {file} is corrupt: sha256 differs from {state_file}")
         try:
-            self.acc.load_state(os.path.join(path, "state"))
+            if self.model_state is not None:
+                self.model_state.load(os.path.join(path, "state"))
+            else:
+                self.acc.load_state(os.path.join(path, "state"))
         except Exception as exc:  # noqa: BLE001 - re-raised with the checkpoint named
             raise CheckpointError(f"cannot load checkpoint {path}/state: {type(exc).__name__}: {exc}") from exc
         known = {f for f in TrainerState.__dataclass_fields__}

@@ -27,9 +27,14 @@ Backward moments are of ``grad * grad_scale``. The trainer sets ``grad_scale`` t
 micro-batch times the accumulation steps, so the logged gradient is that of the *summed* per-token loss: the
 same scale whatever the batch size, accumulation or world size.
 
-Hooks (a forward hook per block, a tensor hook per block output) exist only inside :meth:`LayerStats.capture`;
-outside it the model runs without any hook. Under activation checkpointing the block forward runs again during
-backward; those re-computations are not counted. Measured overhead: the README's benchmark section.
+Where: the state leaving block ``l`` is observed where it is consumed, at the entry of block ``l + 1`` (a forward
+pre-hook; the last block's at its exit). That is where the readout's parameters are gathered under FSDP2
+(``depthbench.training.sharding``): the AttnRes readout is the depth mix of the block that consumes the stream,
+whose parameters belong to that block's shard; the final consumer's belong to the root, gathered for the whole
+forward. Hooks (a forward hook and a forward pre-hook per block, a tensor hook per block output) exist only inside
+:meth:`LayerStats.capture`; outside it the model runs without any hook. Under activation checkpointing the block
+forward runs again during backward; those re-computations are not counted. Measured overhead: the README's
+benchmark section.
 """
 
 from __future__ import annotations
@@ -100,7 +105,11 @@ class LayerStats:
     @contextlib.contextmanager
     def capture(self) -> Iterator[LayerStats]:
         """Context manager: hooks are attached inside and removed on exit (also on error)."""
-        self._handles = [layer.register_forward_hook(self._make_hook(i)) for i, layer in enumerate(self.layers)]
+        last = len(self.layers) - 1
+        self._handles = [layer.register_forward_hook(self._make_hook(i, observe_state=i == last))
+                         for i, layer in enumerate(self.layers)]
+        self._handles += [layer.register_forward_pre_hook(self._make_entry_hook(i - 1))
+                          for i, layer in enumerate(self.layers) if i > 0]
         try:
             yield self
         finally:
@@ -108,25 +117,44 @@ class LayerStats:
                 handle.remove()
             self._handles = []
 
-    def _select(self, stream) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """(tensor for forward moments, tensor whose gradient is observed) of a block's output stream."""
+    @staticmethod
+    def _tensors(stream) -> list[torch.Tensor]:
         if isinstance(stream, torch.Tensor):
-            return stream, stream
-        tensors = [t for t in stream if isinstance(t, torch.Tensor)] if isinstance(stream, (tuple, list)) else []
-        grad_tensor = next((t for t in tensors if t.requires_grad), None)
+            return [stream]
+        return [t for t in stream if isinstance(t, torch.Tensor)] if isinstance(stream, (tuple, list)) else []
+
+    def _state(self, stream) -> torch.Tensor | None:
+        """The tensor whose forward moments are taken: the stream itself, or the wiring's readout of a tuple
+        stream (its first tensor when the readout is not one)."""
+        if isinstance(stream, torch.Tensor):
+            return stream
         state = self.wiring.readout(stream) if self.wiring is not None else None
         if not isinstance(state, torch.Tensor):
+            tensors = self._tensors(stream)
             state = tensors[0] if tensors else None
-        return state, grad_tensor
+        return state
 
-    def _make_hook(self, index: int) -> Callable:
+    def _observe(self, index: int, stream) -> None:
+        state = self._state(stream)
+        if state is not None:
+            self.forward[index] = self._add(self.forward[index], _moments(state, state.dim() == 4))
+
+    def _make_entry_hook(self, index: int) -> Callable:
+        """Forward pre-hook of block ``index + 1``: the state block ``index`` produced, as it is consumed."""
+        def hook(module: nn.Module, args) -> None:
+            if not _in_backward() and args:
+                self._observe(index, args[0])
+
+        return hook
+
+    def _make_hook(self, index: int, observe_state: bool) -> Callable:
         def hook(module: nn.Module, args, output) -> None:
             if _in_backward():  # activation-checkpointing re-computation: already counted
                 return
-            state, grad_tensor = self._select(output)
-            if state is not None:
-                self.forward[index] = self._add(self.forward[index], _moments(state, state.dim() == 4))
-            if grad_tensor is not None and grad_tensor.requires_grad and torch.is_grad_enabled():
+            if observe_state:  # the last block: its consumer is the wiring's exit (root parameters)
+                self._observe(index, output)
+            grad_tensor = next((t for t in self._tensors(output) if t.requires_grad), None)
+            if grad_tensor is not None and torch.is_grad_enabled():
                 per_stream = grad_tensor.dim() == 4
 
                 def grad_hook(grad: torch.Tensor) -> None:

@@ -29,8 +29,10 @@ from depthbench.training.metrics import (
     trackers,
     truncate_metrics,
 )
+from depthbench.training.model_state import ModelState
 from depthbench.training.optim import lr_lambda, param_groups
 from depthbench.training.run_folder import agree, prepare_output_dir
+from depthbench.training.sharding import Fsdp2, accelerate_fsdp_off, requested
 
 
 def forward_loss(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
@@ -68,6 +70,7 @@ class Run:
 
         cfg = self.cfg
         cpu = cfg.train.cpu or not torch.cuda.is_available()
+        fsdp2 = requested(cfg.train.parallelism)
         AcceleratorState._reset_state()  # fresh settings per train() call (partial state keeps the process group)
         GradientState._reset_state()
         world = PartialState(cpu=cpu).num_processes
@@ -79,12 +82,14 @@ class Run:
                 f"of {group}")
         self.accum = cfg.train.global_batch_size // group
         used = trackers(cfg)
-        self.accelerator = Accelerator(
-            cpu=cpu, mixed_precision=_mixed_precision(cfg, cpu), gradient_accumulation_steps=self.accum,
-            log_with=used or None, step_scheduler_with_optimizer=False,
-            project_config=ProjectConfiguration(project_dir=cfg.output_dir,
-                                                logging_dir=os.path.join(cfg.output_dir, "tensorboard")))
+        with accelerate_fsdp_off() if fsdp2 else contextlib.nullcontext():
+            self.accelerator = Accelerator(
+                cpu=cpu, mixed_precision=_mixed_precision(cfg, cpu), gradient_accumulation_steps=self.accum,
+                log_with=used or None, step_scheduler_with_optimizer=False,
+                project_config=ProjectConfiguration(project_dir=cfg.output_dir,
+                                                    logging_dir=os.path.join(cfg.output_dir, "tensorboard")))
         self.main = self.accelerator.is_main_process
+        self.fsdp = None if fsdp2 is None else Fsdp2(fsdp2, self.accelerator.device, self.accelerator.mixed_precision)
         return used
 
     def _setup_data(self) -> None:
@@ -130,6 +135,8 @@ class Run:
             model.gradient_checkpointing_enable()
         self.num_parameters = sum(p.numel() for p in model.parameters())
         flops_per_token = 6 * (self.num_parameters - model.get_input_embeddings().weight.numel())
+        if self.fsdp is not None:  # before the optimizer: its parameters are the shards
+            self.fsdp.shard(model)
         groups = param_groups(model, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, eps=cfg.optim.eps,
                               betas=tuple(cfg.optim.betas), decay_all=cfg.optim.decay_norms_and_biases)
         optimizer = torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=tuple(cfg.optim.betas), eps=cfg.optim.eps)
@@ -140,8 +147,11 @@ class Run:
         if cfg.model.compile:  # in place: same module and parameter names (depthbench.training.compiled)
             from depthbench.training.compiled import compile_model
 
-            compile_model(model, scope=cfg.model.compile_scope)
-        self.model, self.optimizer = acc.prepare(model, optimizer)
+            compile_model(model, scope=cfg.model.compile_scope)  # FSDP2: after sharding (its hooks stay eager)
+        if self.fsdp is not None:  # sharded by the trainer, not by accelerate (depthbench.training.sharding)
+            self.model, self.optimizer = model, optimizer
+        else:
+            self.model, self.optimizer = acc.prepare(model, optimizer)
         acc.register_for_checkpointing(self.scheduler)  # stepped by us once per optimizer step (not per process)
         self.stats = None
         if cfg.train.layer_stats_every:
@@ -155,7 +165,8 @@ class Run:
         the run folder's records (``metrics.jsonl`` cut to the resumed step, ``run_config.json``)."""
         cfg, acc = self.cfg, self.accelerator
         self.checkpoints = Checkpointer(os.path.join(cfg.output_dir, "checkpoints"), acc, cfg.checkpoint.keep_last,
-                                        cfg.checkpoint.hash_files)
+                                        cfg.checkpoint.hash_files,
+                                        ModelState(acc, self.model, self.optimizer, sharded=self.fsdp is not None))
         self.state = TrainerState()
         if self.resume_from:
             self.state = self.checkpoints.load(self.resume_from)
@@ -230,6 +241,7 @@ class Run:
             "resolved": {
                 "arch": self.arch_id, "world_size": self.accelerator.num_processes,
                 "grad_accum_steps": self.accum, "max_steps": self.max_steps, "warmup_steps": self.warmup,
+                "parallelism": "ddp" if self.fsdp is None else "fsdp2",
                 "tokens_per_step": self.tokens_per_step, "mixed_precision": self.accelerator.mixed_precision,
                 "distributed_type": str(self.accelerator.distributed_type), "num_parameters": self.num_parameters,
                 "parameter_counts": self.model_config.parameter_counts(),
@@ -239,6 +251,17 @@ class Run:
         }
 
     # ------------------------------------------------------------------------------------------------ step
+    def forward_context(self):
+        """bf16 autocast around an FSDP2 model's forward (accelerate wraps a prepared model's forward itself)."""
+        return self.accelerator.autocast() if self.fsdp is not None else contextlib.nullcontext()
+
+    def clip_grad_norm(self) -> torch.Tensor:
+        max_norm = self.cfg.optim.grad_clip or math.inf
+        if self.fsdp is not None:
+            self.fsdp.sync_replicated_grads()
+            return self.fsdp.clip_grad_norm_(self.model.parameters(), max_norm)
+        return self.accelerator.clip_grad_norm_(self.model.parameters(), max_norm)
+
     def optimizer_step(self, micro_batches: list[torch.Tensor]) -> tuple[float, float, float]:
         """Forward/backward every micro-batch, clip, step; returns (global mean loss, grad norm, seconds)."""
         acc, t0 = self.accelerator, time.perf_counter()
@@ -247,13 +270,16 @@ class Run:
         for batch in micro_batches:
             batch = batch.to(acc.device, non_blocking=True)
             with acc.accumulate(self.model):
-                loss = forward_loss(self.model, batch)
+                if self.fsdp is not None:  # FSDP2's no_sync: reduce-scatter only in the step's last backward
+                    self.fsdp.set_gradient_sync(self.model, acc.sync_gradients)
+                with self.forward_context():
+                    loss = forward_loss(self.model, batch)
                 acc.backward(loss)  # divides by the accumulation steps
                 losses.append(loss.detach().float())
-                if acc.sync_gradients:
-                    grad_norm = acc.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip or math.inf)
-                self.optimizer.step()  # no-op on non-sync micro-steps
-                self.optimizer.zero_grad(set_to_none=True)
+                if acc.sync_gradients:  # the step's last micro-batch (accelerate counts them)
+                    grad_norm = self.clip_grad_norm()
+                    self.optimizer.step()
+                    self.optimizer.zero_grad(set_to_none=True)
         if not acc.sync_gradients:
             raise TrainingError("internal error: gradient accumulation fell out of step with the optimizer steps")
         self.lr = self.scheduler.get_last_lr()[0]  # the LR this step used
@@ -307,7 +333,8 @@ class Run:
             for b in range(num_batches):
                 idx = mine[b * mb:(b + 1) * mb]
                 ids = windows.get_batch(idx or [0]).to(acc.device)
-                loss = forward_loss(self.model, ids).double()
+                with self.forward_context():
+                    loss = forward_loss(self.model, ids).double()
                 tokens = len(idx) * (ids.shape[1] - 1)
                 total += torch.stack([loss * tokens, torch.tensor(float(tokens), device=acc.device).double()])
             total = acc.reduce(total, reduction="sum")

@@ -7,6 +7,9 @@ The same command runs on CPU, one GPU, or under ``accelerate launch`` / ``torchr
     depthbench train -c runs/demo/run_config.json --resume            # continue the latest checkpoint
     accelerate launch --config_file src/depthbench/configs/fsdp2.yaml -m depthbench.training -c 400m.yaml ...
     torchrun --nproc_per_node 8 -m depthbench.training -c 400m.yaml ...   # DDP
+    torchrun --nproc_per_node 8 -m depthbench.training -c 400m.yaml train.parallelism=fsdp2   # FSDP2 as well
+
+FSDP2 is the trainer's own sharding (``depthbench.training.sharding``), the same code on CPU and GPU.
 
 Python API (stable; the sweep runner builds on it)::
 
@@ -32,8 +35,9 @@ Run directory (``output_dir``)::
     metrics.jsonl            one JSON object per logged step: step, tokens, train/loss, train/lr, train/grad_norm,
                              perf/tokens_per_s, perf/mfu, eval/<split>/loss, layer_stats/block_XX/...
     checkpoints/latest       name of the newest complete checkpoint (replaced atomically)
-    checkpoints/ckpt-000100/ state/ (accelerate save_state: model, optimizer, scheduler, RNG), hf/ (HF export +
-                             tokenizer), trainer_state.json (step, tokens, data-loader position, file manifest)
+    checkpoints/ckpt-000100/ state/ (accelerate save_state: model, optimizer, scheduler, RNG; FSDP2: model and
+                             optimizer sharded in state/dcp/), hf/ (HF export + tokenizer), trainer_state.json
+                             (step, tokens, data-loader position, file manifest)
     final/                   HF export of the finished model (AutoModelForCausalLM.from_pretrained(final))
     summary.json             the dict returned by train()
     tensorboard/             with track.tensorboard=true
