@@ -21,9 +21,11 @@ transformers that did not exist, or lived elsewhere, in an older 5.x release is 
   therefore imports each sibling module it needs, directly (the imports marked ``a direct import``);
   tests/modeling/test_remote_code.py checks that no file leaves one out.
 
-:data:`MIN_TRANSFORMERS` is the oldest release the remote code supports; ``save_pretrained`` writes it into each
-checkpoint's ``config.json`` (``depthbench_min_transformers``) and :func:`check_transformers_version` refuses an
-older one with an error naming it. The matrix of releases tried is in docs/compatibility.md.
+:data:`MIN_TRANSFORMERS` is the oldest release the remote code supports; every config writes it into its
+``config.json`` (``depthbench_min_transformers``) and :func:`check_transformers_version` refuses an older one with
+an error naming it, before any name an older release lacks is imported (the architecture files take
+``transformers.initialization``, which 4.x lacks, from here as ``hf_init`` for that reason). The matrix of
+releases tried is in docs/compatibility.md.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ def check_transformers_version(version: str | None = None) -> None:
 
 check_transformers_version()  # first, before anything an older release may lack is imported
 
+from transformers import initialization as hf_init  # noqa: E402  (re-exported: guarded by the check above)
 from transformers.masking_utils import create_causal_mask  # noqa: E402
 from transformers.modeling_outputs import CausalLMOutputWithPast  # noqa: E402
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS  # noqa: E402
@@ -123,5 +126,5 @@ def attention_interface(implementation: str, default: Callable) -> Callable:
 
 __all__ = [
     "MIN_TRANSFORMERS", "OutputRecorder", "_CACHE_FIELD", "attention_interface", "cache_update", "capture_outputs",
-    "causal_mask", "check_transformers_version", "merge_with_config_defaults", "renamed_cache_kwarg",
+    "causal_mask", "check_transformers_version", "hf_init", "merge_with_config_defaults", "renamed_cache_kwarg",
 ]

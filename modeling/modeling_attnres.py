@@ -26,12 +26,11 @@ from typing import NamedTuple
 
 import torch
 from torch import nn
-from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
 from .depth_mix_paths import STACKED_MIX_MAX_TOKENS, _DepthMix, _stacked_depth_mix
 from .fast_path import derived_weights, inference_fast_path
-from .hf_compat import MIN_TRANSFORMERS  # noqa: F401  (a direct import: see hf_compat.py)
+from .hf_compat import hf_init
 from .modeling_depthbench import (
     Branch,
     DecoderLayer,

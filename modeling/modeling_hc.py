@@ -17,11 +17,10 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
 from .fast_path import derived_weights, inference_fast_path
-from .hf_compat import MIN_TRANSFORMERS  # noqa: F401  (a direct import: see hf_compat.py)
+from .hf_compat import hf_init
 from .modeling_depthbench import (
     Branch,
     DepthBenchForCausalLM,
