@@ -69,7 +69,7 @@ class GenerationTesterMixin:
         self.assertEqual(len(out.hidden_states), NEW_TOKENS)
         for step, (attentions, hidden) in enumerate(zip(out.attentions, out.hidden_states, strict=True)):
             kv_len = prompt + step
-            q_len = prompt if step == 0 or not use_cache else 1
+            q_len = kv_len if not use_cache else (prompt if step == 0 else 1)  # no cache: the whole sequence
             self.assertEqual(len(attentions), layers)
             for weights in attentions:
                 self.assertEqual(tuple(weights.shape), (BATCH * beams, tester.num_attention_heads, q_len, kv_len))

@@ -43,6 +43,9 @@ from tests.modeling.transformers_common.suite import (  # noqa: E402
 
 ModelTesterMixin = import_model_tester_mixin().ModelTesterMixin  # asked for: fails here if it cannot be had
 
+# The suite's pytest.ini ignores FutureWarning; transformers' tests assert on deprecation warnings they expect.
+pytestmark = pytest.mark.filterwarnings("default::FutureWarning", "default::DeprecationWarning")
+
 HEADS = ("AutoModel", "AutoModelForCausalLM", "AutoModelForSequenceClassification", "AutoModelForTokenClassification")
 
 
