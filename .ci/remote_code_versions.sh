@@ -9,7 +9,7 @@
 #   * the newest supported release (5.24.0, the package's own upper pin),
 # comparing sdpa and eager logits and greedy generate() tokens (dynamic and static KV cache) with the exporter's,
 # and under the last release below the minimum (4.57.6), where loading must fail with the error naming it.
-# pip installs each release from PyPI into the throwaway venv. ~5 min on 2 cores (docs/compatibility.md).
+# pip installs each release from PyPI into the throwaway venv. ~2 min on 2 cores with a warm pip cache (docs/compatibility.md).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

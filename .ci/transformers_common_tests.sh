@@ -2,7 +2,7 @@
 # transformers' own common model tests (ModelTesterMixin of the installed release, from its sdist on PyPI, plus
 # our generation checks) over every architecture and a stock Llama control: tests/modeling/transformers_common.
 # Installs `parameterized` (imported by transformers' test file); the test file itself is fetched by the suite
-# (pip download of the transformers sdist, cached under ~/.cache/depthbench). ~15 min on 2 cores.
+# (pip download of the transformers sdist, cached under ~/.cache/depthbench). 4-12 min on 2 cores.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -7,7 +7,7 @@ as ``all_model_classes`` and :class:`~tests.modeling.transformers_common.suite.C
 ``TestLlamaControl`` runs the same tests on Llama. Every test that passes for Llama must pass for every
 architecture (docs/compatibility.md#transformers-own-model-tests lists what is skipped for all models here and why).
 
-The run takes ~15 minutes on 2 cores and needs ``parameterized`` and transformers' test file (fetched from PyPI on
+The run takes 4-12 minutes on 2 cores and needs ``parameterized`` and transformers' test file (fetched from PyPI on
 first use, see ``suite.py``), so it is opt-in; CI runs it (``.ci/transformers_common_tests.sh``)::
 
     pip install parameterized && DEPTHBENCH_TRANSFORMERS_COMMON=1 python -m pytest tests/modeling/transformers_common -q
@@ -22,7 +22,7 @@ import unittest
 import pytest
 
 if os.environ.get("DEPTHBENCH_TRANSFORMERS_COMMON") != "1":
-    pytest.skip("transformers' common model tests are opt-in (~15 min): set DEPTHBENCH_TRANSFORMERS_COMMON=1 "
+    pytest.skip("transformers' common model tests are opt-in (4-12 min): set DEPTHBENCH_TRANSFORMERS_COMMON=1 "
                 "(CI: .ci/transformers_common_tests.sh)", allow_module_level=True)
 
 from transformers import (  # noqa: E402
