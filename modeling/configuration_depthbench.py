@@ -1,6 +1,7 @@
 """Configuration shared by every depthbench architecture.
 
-This file ships to the Hugging Face Hub as remote code: it imports only the standard library and transformers.
+This file ships to the Hugging Face Hub as remote code: it imports only the standard library, transformers and its
+sibling ``hf_compat.py`` (which refuses a transformers release older than the remote code supports).
 Each architecture subclasses :class:`DepthBenchConfig` in its own ``modeling_<id>.py`` file, adds only its own
 fields (prefixed with the architecture id) and extends :meth:`DepthBenchConfig.validate` for them.
 
@@ -10,6 +11,8 @@ Field names follow ``transformers.LlamaConfig`` wherever the meaning is the same
 
 from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+from .hf_compat import MIN_TRANSFORMERS
 
 NORM_TYPES = ("rmsnorm", "layernorm")
 #: RoPE variants ``rope_parameters["rope_type"]`` may name: plain RoPE and transformers' scaled variants.
@@ -111,6 +114,10 @@ class DepthBenchConfig(PretrainedConfig):
         self.attention_bias = False
         self.mlp_bias = False
         self.use_cache = use_cache
+        # The oldest transformers this checkpoint's remote code runs on, for whoever reads config.json (older releases
+        # are refused with an ImportError naming it, see hf_compat.py); always the running code's own value.
+        kwargs.pop("depthbench_min_transformers", None)
+        self.depthbench_min_transformers = MIN_TRANSFORMERS
         # Our checks first (clear ValueErrors naming the field): transformers' own validators run inside the base
         # __init__ and would otherwise report, e.g., an odd head_dim or a missing RoPE factor less clearly.
         self.validate()

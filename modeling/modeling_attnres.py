@@ -26,11 +26,11 @@ from typing import NamedTuple
 
 import torch
 from torch import nn
-from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
 from .depth_mix_paths import STACKED_MIX_MAX_TOKENS, _DepthMix, _stacked_depth_mix
 from .fast_path import derived_weights, inference_fast_path
+from .hf_compat import hf_init
 from .modeling_depthbench import (
     Branch,
     DecoderLayer,
@@ -43,6 +43,7 @@ from .modeling_depthbench import (
     Residual,
     Wiring,
 )
+from .norms import make_norm  # noqa: F401  (a direct import: see hf_compat.py)
 from .numerics import _fast_inv_rms, as_dtype, inv_rms, upcast
 
 

@@ -8,6 +8,8 @@ import math
 import torch
 
 from .configuration_depthbench import NORM_TYPES, DepthBenchConfig
+from .fast_path import inference_fast_path  # noqa: F401  (a direct import: see hf_compat.py)
+from .hf_compat import MIN_TRANSFORMERS  # noqa: F401  (a direct import: see hf_compat.py)
 from .modeling_depthbench import (
     Branch,
     DepthBenchForCausalLM,
@@ -19,7 +21,7 @@ from .modeling_depthbench import (
     Residual,
     Wiring,
 )
-from .norms import NORM_CLASSES
+from .norms import NORM_CLASSES, make_norm  # noqa: F401  (make_norm: a direct import, see hf_compat.py)
 from .numerics import upcast
 
 DEEPNORM_BASE_INITS = ("normal", "xavier")

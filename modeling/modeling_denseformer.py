@@ -13,9 +13,10 @@ from typing import NamedTuple
 
 import torch
 from torch import nn
-from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
+from .fast_path import inference_fast_path  # noqa: F401  (a direct import: see hf_compat.py)
+from .hf_compat import hf_init
 from .modeling_depthbench import (
     Branch,
     DecoderLayer,
@@ -28,6 +29,8 @@ from .modeling_depthbench import (
     Residual,
     Wiring,
 )
+from .norms import make_norm  # noqa: F401  (a direct import: see hf_compat.py)
+from .numerics import upcast  # noqa: F401  (a direct import: see hf_compat.py)
 
 
 class DenseFormerConfig(DepthBenchConfig):

@@ -13,6 +13,8 @@ import torch
 from torch import nn
 
 from .configuration_depthbench import DepthBenchConfig
+from .fast_path import inference_fast_path  # noqa: F401  (a direct import: see hf_compat.py)
+from .hf_compat import MIN_TRANSFORMERS  # noqa: F401  (a direct import: see hf_compat.py)
 from .modeling_depthbench import (
     Branch,
     DepthBenchForCausalLM,
@@ -24,6 +26,8 @@ from .modeling_depthbench import (
     Residual,
     Wiring,
 )
+from .norms import make_norm  # noqa: F401  (a direct import: see hf_compat.py)
+from .numerics import upcast  # noqa: F401  (a direct import: see hf_compat.py)
 
 DEPTH_SCALING_AXES = ("depth-only", "depth-width")
 

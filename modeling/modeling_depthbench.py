@@ -28,15 +28,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-import torch.utils._pytree as pytree
 from torch import nn
 from transformers import AutoModel, GenerationMixin, PreTrainedModel
 from transformers import initialization as hf_init
 from transformers.cache_utils import Cache, DynamicCache
-from transformers.masking_utils import create_causal_mask
 from transformers.modeling_layers import (
     GenericForQuestionAnswering,
     GenericForSequenceClassification,
@@ -45,13 +44,19 @@ from transformers.modeling_layers import (
 )
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import can_return_tuple
-from transformers.utils.deprecation import deprecate_kwarg
-from transformers.utils.generic import merge_with_config_defaults
-from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_depthbench import DepthBenchConfig
+from .hf_compat import (
+    _CACHE_FIELD,
+    OutputRecorder,
+    attention_interface,
+    cache_update,
+    capture_outputs,
+    causal_mask,
+    merge_with_config_defaults,
+    renamed_cache_kwarg,
+)
 from .norms import LayerNorm, RMSNorm, make_norm
 
 #: What a residual module receives as ``norm``: a plain function [.., d] -> [.., d] that calls the sublayer's norm.
@@ -59,19 +64,6 @@ Norm = Callable[[torch.Tensor], torch.Tensor]
 #: What a residual module receives as ``branch``: a plain function calling the attention (keyword extras allowed)
 #: or the MLP.
 Branch = Callable[..., torch.Tensor]
-
-# transformers 5.24 renamed the cache keyword/field `past_key_values` -> `cache`; support both 5.23 and 5.24.
-_CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
-
-if _CACHE_FIELD == "cache":
-    # As the installed transformers' own Llama: the old keyword still works, with a FutureWarning.
-    renamed_cache_kwarg = deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
-else:
-
-    def renamed_cache_kwarg(forward: Callable) -> Callable:
-        """transformers 5.23: ``past_key_values`` is the current name (Llama accepts it silently), so do we."""
-        return forward
-
 
 # ================================================================================================ backbone pieces
 def rope_inv_freq(config: DepthBenchConfig) -> torch.Tensor:
@@ -180,8 +172,8 @@ class Attention(nn.Module):
         q, k, v = self.project_qkv(hidden_states)
         q, k = apply_rotary_pos_emb(q, k, *position_embeddings)
         if cache is not None:
-            k, v = cache.update(k, v, self.layer_idx)
-        attention_fn = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+            k, v = cache_update(cache, k, v, self.layer_idx, kwargs.get("cache_position"))
+        attention_fn = attention_interface(self.config._attn_implementation, eager_attention_forward)
         out, weights = attention_fn(
             self, q, k, v, attention_mask,
             scaling=self.scaling, dropout=self.attention_dropout if self.training else 0.0, **kwargs,
@@ -264,6 +256,9 @@ class Wiring(nn.Module):
     def make_attention(self, config: DepthBenchConfig, layer_idx: int) -> nn.Module:
         return Attention(config, layer_idx)
 
+    def reset_parameters(self, config: DepthBenchConfig) -> None:
+        """Initialise the wiring's own model-level parameters (none here), as :meth:`Residual.reset_parameters`."""
+
     def configure_init(self, model: "DepthBenchModel") -> None:
         """Annotate backbone modules with architecture-specific init std (``module.init_std = ...``).
 
@@ -289,6 +284,13 @@ class Wiring(nn.Module):
         """Stream -> [B,T,d] pre-final-norm state (``output_hidden_states`` and the logit lens)."""
         return stream
 
+    def entry_readout(self, embeddings: torch.Tensor, stream) -> torch.Tensor:
+        """The state in front of block 0 that ``output_hidden_states`` reports first (``stream`` = :meth:`enter` of
+        ``embeddings``): by default its :meth:`readout`. A wiring whose readout of the entering stream equals the
+        embeddings returns the embeddings themselves, so that, as in Llama, the reported tensor is the one the
+        gradients flow through."""
+        return self.readout(stream)
+
     def lens_hidden(self, stream, final_norm: nn.Module) -> torch.Tensor:
         """Stream at any depth -> the final hidden state the model's own readout makes of it (the logit lens).
 
@@ -312,15 +314,52 @@ class Wiring(nn.Module):
         return [(model.layers[i], model.layers[j])]
 
 
+class _Constant(NamedTuple):
+    """A non-tensor part of a stream (``None``, an int, a flag), kept out of the checkpoint's arguments."""
+
+    value: object
+
+
+class _Node(NamedTuple):
+    """A tuple, list or NamedTuple part of a stream: its type and the specs of its items."""
+
+    kind: type
+    items: tuple
+
+
+_TENSOR = None  # the spec of a tensor leaf
+
+
+def flatten_stream(tree, leaves: list[torch.Tensor]):
+    """Append the tensors of ``tree`` (tensors nested in tuples, lists and NamedTuples) to ``leaves`` in order and
+    return the spec :func:`unflatten_stream` rebuilds it from (other values are kept in the spec)."""
+    if isinstance(tree, torch.Tensor):
+        leaves.append(tree)
+        return _TENSOR
+    if isinstance(tree, (tuple, list)):
+        return _Node(type(tree), tuple(flatten_stream(item, leaves) for item in tree))
+    return _Constant(tree)
+
+
+def unflatten_stream(spec, leaves: Iterator[torch.Tensor]):
+    """The inverse of :func:`flatten_stream`: ``spec`` filled with the next tensors of ``leaves``."""
+    if spec is _TENSOR:
+        return next(leaves)
+    if isinstance(spec, _Constant):
+        return spec.value
+    items = [unflatten_stream(item, leaves) for item in spec.items]
+    return spec.kind(*items) if hasattr(spec.kind, "_fields") else spec.kind(items)
+
+
 def stream_checkpointing(checkpoint_fn: Callable) -> Callable:
     """Adapt a checkpointing function (``torch.utils.checkpoint.checkpoint`` with its keywords bound) to streams
-    that are pytrees of tensors (NamedTuples, tuples of tensors, ``None`` and ints), not single tensors.
+    that are nested tuples of tensors (NamedTuples, tuples of tensors, ``None`` and ints), not single tensors.
 
     Reentrant checkpointing (``use_reentrant=True``, what PEFT enables in many setups) runs the block inside an
     ``autograd.Function``, which sees only top-level tensor arguments and returns its outputs as a plain tuple: a
     NamedTuple stream would lose its type and its tensors would get no gradient. The adapter hands the checkpoint
-    the stream's flattened leaves and rebuilds the stream (input and output) around the block, so both modes give
-    the same loss and gradients. Tensor streams pass through untouched.
+    the stream's tensors (:func:`flatten_stream`) and rebuilds the stream (input and output) around the block, so
+    both modes give the same loss and gradients. Tensor streams pass through untouched.
     """
     if getattr(checkpoint_fn, "_depthbench_stream_adapter", False):
         return checkpoint_fn
@@ -328,16 +367,17 @@ def stream_checkpointing(checkpoint_fn: Callable) -> Callable:
     def checkpoint_stream(function: Callable, *args):
         if all(isinstance(a, torch.Tensor) for a in args):
             return checkpoint_fn(function, *args)
-        leaves, spec = pytree.tree_flatten(args)
+        leaves: list[torch.Tensor] = []
+        spec = flatten_stream(args, leaves)
         out_spec: list = []
 
         def flat_function(*flat_leaves):
-            out_leaves, tree = pytree.tree_flatten(function(*pytree.tree_unflatten(list(flat_leaves), spec)))
-            out_spec[:] = [tree]  # the same on the backward re-computation
-            return tuple(out_leaves)
+            out_leaves: list[torch.Tensor] = []
+            out_spec[:] = [flatten_stream(function(*unflatten_stream(spec, iter(flat_leaves))), out_leaves)]
+            return tuple(out_leaves)  # the same structure on the backward re-computation
 
         out = checkpoint_fn(flat_function, *leaves)
-        return pytree.tree_unflatten(list(out), out_spec[0])
+        return unflatten_stream(out_spec[0], iter(out))
 
     checkpoint_stream._depthbench_stream_adapter = True
     return checkpoint_stream
@@ -350,14 +390,26 @@ class DecoderLayer(GradientCheckpointingLayer):
     streams that are not single tensors.
     """
 
+    # transformers' `_set_gradient_checkpointing` assigns the checkpoint function here, and the layer calls it. It
+    # behaves as Llama's plain attribute (unset: AttributeError; `del` and `mock.patch.object` work) except that what
+    # is assigned is adapted to streams on the way in.
     @property
-    def _gradient_checkpointing_func(self) -> Callable | None:
-        return self.__dict__.get("_stream_checkpointing_func")
+    def _gradient_checkpointing_func(self) -> Callable:
+        try:
+            return self.__dict__["_stream_checkpointing_func"]
+        except KeyError:
+            raise AttributeError(
+                f"'{type(self).__name__}' object has no attribute '_gradient_checkpointing_func'"
+            ) from None
 
     @_gradient_checkpointing_func.setter
     def _gradient_checkpointing_func(self, checkpoint_fn: Callable) -> None:
-        # transformers' `_set_gradient_checkpointing` assigns the checkpoint function here; adapt it to streams.
         self.__dict__["_stream_checkpointing_func"] = stream_checkpointing(checkpoint_fn)
+
+    @_gradient_checkpointing_func.deleter
+    def _gradient_checkpointing_func(self) -> None:
+        if self.__dict__.pop("_stream_checkpointing_func", None) is None:
+            raise AttributeError("_gradient_checkpointing_func")
 
     def __init__(self, config: DepthBenchConfig, layer_idx: int, wiring: Wiring):
         super().__init__()
@@ -534,6 +586,8 @@ class DepthBenchModel(DepthBenchPreTrainedModel):
     _auto_class = "AutoModel"  # save_pretrained copies the modeling files (remote code) and writes auto_map
 
     wiring_class: type[Wiring] = Wiring
+    #: What ``forward`` returns; an architecture with outputs of its own (MoDA's depth attentions) subclasses it.
+    output_class: type[BaseModelOutputWithPast] = BaseModelOutputWithPast
     #: Auto class name -> class, for every model built on this decoder: itself ("AutoModel"), then the causal LM
     #: and the task heads as their classes are defined (``DecoderHead.__init_subclass__``). ``save_pretrained``
     #: writes them all into ``auto_map`` and the registry registers them with the Auto classes.
@@ -569,19 +623,6 @@ class DepthBenchModel(DepthBenchPreTrainedModel):
         """The final norm as the plain function :meth:`Wiring.exit` receives."""
         return self.norm(hidden_states)
 
-    def _check_attention_outputs(self, output_attentions: bool | None) -> None:
-        """Attention weights exist only with the eager backend: refuse at once, naming the fix, instead of
-        returning nothing (sdpa, flash and flex never materialise them)."""
-        if (output_attentions if output_attentions is not None else self.config.output_attentions) and (
-            self.config._attn_implementation != "eager"
-        ):
-            raise ValueError(
-                f"output_attentions=True needs attn_implementation='eager', but this {self.config.model_type} model "
-                f"uses {self.config._attn_implementation!r}, which does not return attention weights. Load it with "
-                "attn_implementation='eager' (or output_attentions=True in from_pretrained), or call "
-                "model.set_attn_implementation('eager') first."
-            )
-
     @renamed_cache_kwarg
     @merge_with_config_defaults
     @capture_outputs
@@ -598,13 +639,14 @@ class DepthBenchModel(DepthBenchPreTrainedModel):
         _depth_states: list | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
-        """The decoder. ``output_attentions=True`` (eager backend) adds every attention's weights, recorded by
-        transformers' output capturing; ``output_hidden_states=True`` adds the :meth:`Wiring.readout` in front of
-        every block plus the final normed state. Other keywords reach the attention backend (as in Llama)."""
+        """The decoder. ``output_attentions=True`` adds every attention's weights, recorded by transformers' output
+        capturing; only the eager backend computes them (sdpa warns and returns none, as for Llama).
+        ``output_hidden_states=True`` adds the state in front of every block (:meth:`Wiring.entry_readout`, then
+        :meth:`Wiring.readout`) plus the final normed state. Other keywords reach the attention backend (as in
+        Llama)."""
         cache = cache if cache is not None else past_key_values
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
-        self._check_attention_outputs(kwargs.get("output_attentions"))
         use_cache = use_cache if use_cache is not None else self.config.use_cache
         if self.gradient_checkpointing and self.training:
             use_cache = False
@@ -622,9 +664,7 @@ class DepthBenchModel(DepthBenchPreTrainedModel):
         # padding-free packed batches (position_ids restarting per document, no attention_mask) in an eval forward
         # too, not only in training (Llama would let the documents attend to each other there).
         fresh = cache is not None and not cache.is_compileable and cache.get_seq_length() == 0
-        mask = create_causal_mask(
-            self.config, inputs_embeds, attention_mask, None if fresh else cache, position_ids=position_ids
-        )
+        mask = causal_mask(self.config, inputs_embeds, attention_mask, None if fresh else cache, position_ids)
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
 
         stream = self.wiring.enter(inputs_embeds)
@@ -633,7 +673,8 @@ class DepthBenchModel(DepthBenchPreTrainedModel):
             _depth_states.append(self.wiring.depth_state(stream, self.layers[0] if len(self.layers) else None))
         for idx, layer in enumerate(self.layers):
             if hidden_states is not None:
-                hidden_states.append(self.wiring.readout(stream))
+                readout = self.wiring.entry_readout(inputs_embeds, stream) if idx == 0 else self.wiring.readout(stream)
+                hidden_states.append(readout)
             # position_ids reach the attention backend as in Llama: flash-attention kernels find the documents of
             # a padding-free packed batch from them (no mask is built for those backends).
             stream = layer(
@@ -646,7 +687,7 @@ class DepthBenchModel(DepthBenchPreTrainedModel):
         last_hidden_state = self.wiring(stream, self._final_norm)  # exit(), through module hooks
         if hidden_states is not None:
             hidden_states.append(last_hidden_state)
-        return BaseModelOutputWithPast(
+        return self.output_class(
             last_hidden_state=last_hidden_state,
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
             **{_CACHE_FIELD: cache if use_cache else None},
@@ -671,6 +712,8 @@ class DepthBenchForCausalLM(DecoderHead, DepthBenchPreTrainedModel, GenerationMi
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
     _auto_class = "AutoModelForCausalLM"
+    #: What ``forward`` returns: its fields beyond ``CausalLMOutputWithPast``'s are the decoder output's own.
+    output_class: type[CausalLMOutputWithPast] = CausalLMOutputWithPast
 
     def __init__(self, config: DepthBenchConfig):
         super().__init__(config)
@@ -727,12 +770,15 @@ class DepthBenchForCausalLM(DecoderHead, DepthBenchPreTrainedModel, GenerationMi
         loss = None
         if labels is not None:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
-        return CausalLMOutputWithPast(
+        extra = {name: outputs.get(name) for name in self.output_class.__dataclass_fields__
+                 if name not in CausalLMOutputWithPast.__dataclass_fields__}
+        return self.output_class(
             loss=loss,
             logits=logits,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
             **{_CACHE_FIELD: getattr(outputs, _CACHE_FIELD)},
+            **extra,
         )
 
 

@@ -17,10 +17,10 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
 from .fast_path import derived_weights, inference_fast_path
+from .hf_compat import hf_init
 from .modeling_depthbench import (
     Branch,
     DepthBenchForCausalLM,
@@ -32,6 +32,7 @@ from .modeling_depthbench import (
     Residual,
     Wiring,
 )
+from .norms import make_norm  # noqa: F401  (a direct import: see hf_compat.py)
 from .numerics import as_dtype, full_precision, inv_rms, upcast
 from .stream_memory import StreamSaver, stream_saver
 
@@ -220,6 +221,11 @@ class HyperConnectionWiring(Wiring):
 
     def readout(self, stream: torch.Tensor) -> torch.Tensor:
         return stream.mean(dim=-2) if self.readout_mode == "mean" else stream.sum(dim=-2)
+
+    def entry_readout(self, embeddings: torch.Tensor, stream: torch.Tensor) -> torch.Tensor:
+        """The mean of the n identical entering streams is the embedding output: report that tensor itself (the one
+        gradients flow through, as Llama's first hidden state). The sum readouts report n times it, computed."""
+        return embeddings if self.readout_mode == "mean" else self.readout(stream)
 
     def exit(self, stream: torch.Tensor, final_norm: Norm) -> torch.Tensor:
         if self.readout_mode == "sum_norm":

@@ -6,9 +6,10 @@ Ships to the Hugging Face Hub as remote code (imports only torch, transformers a
 import math
 
 import torch
-from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
+from .fast_path import inference_fast_path  # noqa: F401  (a direct import: see hf_compat.py)
+from .hf_compat import hf_init
 from .modeling_depthbench import (
     Branch,
     DepthBenchForCausalLM,
@@ -20,6 +21,8 @@ from .modeling_depthbench import (
     Residual,
     Wiring,
 )
+from .norms import make_norm  # noqa: F401  (a direct import: see hf_compat.py)
+from .numerics import upcast  # noqa: F401  (a direct import: see hf_compat.py)
 
 LNS_SCALE_MODES = ("layer", "depth")
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import initialization as hf_init
 
 from .configuration_depthbench import DepthBenchConfig
 from .fast_path import derived_weights, inference_fast_path
+from .hf_compat import hf_init
 from .modeling_depthbench import (
     Branch,
     DepthBenchForCausalLM,
@@ -26,6 +26,7 @@ from .modeling_depthbench import (
     Residual,
 )
 from .modeling_hc import READOUTS, HyperConnectionWiring, _is_number, hyper_connection_update
+from .norms import make_norm  # noqa: F401  (a direct import: see hf_compat.py)
 from .numerics import as_dtype, full_precision, inv_rms, upcast
 from .sinkhorn import _sinkhorn, _sinkhorn_inference
 from .stream_memory import stream_saver

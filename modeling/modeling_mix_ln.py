@@ -8,6 +8,8 @@ import math
 import torch
 
 from .configuration_depthbench import DepthBenchConfig
+from .fast_path import inference_fast_path  # noqa: F401  (a direct import: see hf_compat.py)
+from .hf_compat import MIN_TRANSFORMERS  # noqa: F401  (a direct import: see hf_compat.py)
 from .modeling_depthbench import (
     Branch,
     DepthBenchForCausalLM,
@@ -19,6 +21,7 @@ from .modeling_depthbench import (
     Residual,
     Wiring,
 )
+from .norms import make_norm  # noqa: F401  (a direct import: see hf_compat.py)
 from .numerics import upcast
 
 

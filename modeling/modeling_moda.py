@@ -19,10 +19,13 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.utils import logging
 
 from .configuration_depthbench import DepthBenchConfig
 from .depth_slots import _num_slots, depth_logits, depth_readout
 from .fast_path import inference_fast_path
+from .hf_compat import OutputRecorder, cache_update
 from .modeling_depthbench import (
     Attention,
     Branch,
@@ -37,7 +40,16 @@ from .modeling_depthbench import (
     apply_rotary_pos_emb,
     rope_init,
 )
+from .norms import make_norm  # noqa: F401  (a direct import: see hf_compat.py)
 from .numerics import as_dtype, upcast
+
+# Under sdpa, MoDA's fused attention computes no weights: it warns through transformers' own sdpa logger with its
+# message (once per process), exactly as Llama's sdpa attention does, and returns none.
+_SDPA_LOGGER = logging.get_logger("transformers.integrations.sdpa_attention")
+_SDPA_NO_WEIGHTS = (
+    "`sdpa` attention does not support `output_attentions=True`."
+    " Please set your attention to `eager` if you want any of these features."
+)
 
 
 class MoDAConfig(DepthBenchConfig):
@@ -182,7 +194,8 @@ def moda_attention(
     scaling: float,
     dropout: float = 0.0,
     depth_scale: float = 1.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    split_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]:
     r"""One softmax over the causal sequence keys and the same-position depth keys.
 
     .. math::
@@ -204,6 +217,7 @@ def moda_attention(
         scaling: Softmax scale (1/sqrt(hd)).
         dropout: Attention-probability dropout (applied to the joint weights).
         depth_scale: Extra factor on the depth logits (the RoPE attention factor, see :class:`MoDAAttention`).
+        split_weights: Return the weights as their sequence and depth parts (``[B, H, T, T_kv]``, ``[B, H, T, S]``).
 
     Returns:
         ``(out [B, T, H, hd], weights [B, H, T, T_kv + S])``; each row of ``weights`` sums to 1.
@@ -219,14 +233,17 @@ def moda_attention(
     if s:
         depth_scores = upcast(depth_logits(q, depth_keys)) * (scaling * depth_scale)
         scores = torch.cat([scores, depth_scores], dim=-1)  # [B, H_kv, G, T, T_kv + S]
-    weights = F.softmax(scores, dim=-1, dtype=scores.dtype).to(value.dtype)
+    weights = F.softmax(scores, dim=-1, dtype=scores.dtype).to(value.dtype).reshape(b, h, t, kv_len + s)
     if dropout:
         weights = F.dropout(weights, p=dropout, training=True)
-    out = torch.matmul(weights[..., :kv_len], value.unsqueeze(2))  # [B, H_kv, G, T, hd]
+    # The products read views of the returned weights (and of their two parts), so those are the tensors gradients
+    # flow through (`retain_grad()` on an output attention sees its gradient, as in Llama).
+    sequence_weights, depth_weights = weights[..., :kv_len], weights[..., kv_len:]
+    out = torch.matmul(sequence_weights.view(b, hkv, g, t, kv_len), value.unsqueeze(2))  # [B, H_kv, G, T, hd]
     if s:
-        out = out + depth_readout(weights[..., kv_len:], depth_values)
+        out = out + depth_readout(depth_weights.view(b, hkv, g, t, s), depth_values)
     out = out.reshape(b, h, t, hd).transpose(1, 2).contiguous()
-    return out, weights.reshape(b, h, t, kv_len + s)
+    return out, ((sequence_weights, depth_weights) if split_weights else weights)
 
 
 #: Shortest sequence for which :func:`moda_attention_sdpa` runs SDPA's causal kernel (zero queries in front of the
@@ -358,6 +375,10 @@ class MoDAAttention(Attention):
     function through one fused SDPA call; no weights). The sequence keys go through the KV cache as usual. Pass
     ``depth=DepthIO(keys, values)`` to read the depth slots; the module stores its own pre-RoPE key/value
     (slot 2l) in ``depth.new_key`` / ``depth.new_value``.
+
+    Returns ``(output, sequence_weights [B, H, T, T_kv], depth_weights [B, H, T, S])``: the two parts of the one
+    softmax (together each row sums to 1), ``None`` without the eager backend. The model reports the first part as
+    ``attentions`` (the shape every attention has in transformers) and the second as ``depth_attentions``.
     """
 
     def __init__(self, config: MoDAConfig, layer_idx: int):
@@ -377,32 +398,43 @@ class MoDAAttention(Attention):
                 depth_keys, depth_values = depth.keys, depth.values  # S slots [B, H_kv, T, hd] each
         q, k = apply_rotary_pos_emb(q, k, *position_embeddings)
         if cache is not None:
-            k, v = cache.update(k, v, self.layer_idx)
+            k, v = cache_update(cache, k, v, self.layer_idx, kwargs.get("cache_position"))
         implementation = self.config._attn_implementation
         if implementation not in ("eager", "sdpa"):  # e.g. a kernel registered with AttentionInterface
             raise NotImplementedError(
                 f"MoDA attention runs its own math with attn_implementation 'eager' or 'sdpa', not "
                 f"{implementation!r}: other kernels cannot mix in the per-token depth keys."
             )
+        eager = implementation == "eager"
+        if not eager and (kwargs.get("output_attentions") or kwargs.get("output_depth_attentions")):
+            _SDPA_LOGGER.warning_once(_SDPA_NO_WEIGHTS)  # transformers' own sdpa warning, as Llama under sdpa
         if t == 1 and inference_fast_path(self):
             out, weights = moda_single_query_attention(
                 q, k, v, depth_keys, depth_values, attention_mask, scaling=self.scaling,
-                depth_scale=self.depth_key_scale, need_weights=implementation == "eager",
+                depth_scale=self.depth_key_scale, need_weights=eager,
             )
-            return self.o_proj(out.reshape(b, t, -1)), weights
-        attention_fn = moda_attention if implementation == "eager" else moda_attention_sdpa
-        if t == 1 and not torch.is_grad_enabled():
-            # Decoding one token: the explicit math scores [B, H, 1, T_kv] directly, where the SDPA path would
-            # copy the whole cache twice (zero-padded, plus the selector keys) at every step and layer.
-            attention_fn = moda_attention
-        out, weights = attention_fn(
-            q, k, v, depth_keys, depth_values, attention_mask,
-            scaling=self.scaling, dropout=self.attention_dropout if self.training else 0.0,
-            depth_scale=self.depth_key_scale,
-        )
-        if implementation != "eager":
-            weights = None  # as the SDPA path (which never materialises them)
-        return self.o_proj(out.reshape(b, t, -1)), weights
+            kv_len = k.shape[2]
+            parts = (weights[..., :kv_len], weights[..., kv_len:]) if eager else (None, None)
+            return self.o_proj(out.reshape(b, t, -1)), *parts
+        if eager or (t == 1 and not torch.is_grad_enabled()):
+            # eager: the explicit scores and weights. Decoding one token (sdpa too): the explicit math scores
+            # [B, H, 1, T_kv] directly, where the SDPA path would copy the whole cache twice (zero-padded, plus the
+            # selector keys) at every step and layer.
+            out, (sequence_weights, depth_weights) = moda_attention(
+                q, k, v, depth_keys, depth_values, attention_mask,
+                scaling=self.scaling, dropout=self.attention_dropout if self.training else 0.0,
+                depth_scale=self.depth_key_scale, split_weights=True,
+            )
+            if not eager:  # as the SDPA path (which never materialises them)
+                sequence_weights = depth_weights = None
+        else:
+            out, _ = moda_attention_sdpa(
+                q, k, v, depth_keys, depth_values, attention_mask,
+                scaling=self.scaling, dropout=self.attention_dropout if self.training else 0.0,
+                depth_scale=self.depth_key_scale,
+            )
+            sequence_weights = depth_weights = None
+        return self.o_proj(out.reshape(b, t, -1)), sequence_weights, depth_weights
 
 
 # ================================================================================================ residual wiring
@@ -492,9 +524,31 @@ class MoDAWiring(Wiring):
 
 
 # ================================================================================================ HF models
+@dataclass
+class MoDAModelOutputWithPast(BaseModelOutputWithPast):
+    """The decoder's output plus ``depth_attentions``: with ``output_depth_attentions=True`` (eager backend), per
+    block the weights ``[B, H, T, S]`` its queries put on the S = 2l depth slots of their own token, the part of
+    the one softmax that ``attentions`` (``[B, H, T, T_kv]``, the sequence keys) leaves out."""
+
+    depth_attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class MoDACausalLMOutputWithPast(CausalLMOutputWithPast):
+    """The causal LM's output plus the decoder's ``depth_attentions`` (see :class:`MoDAModelOutputWithPast`)."""
+
+    depth_attentions: tuple[torch.Tensor, ...] | None = None
+
+
 class MoDAModel(DepthBenchModel):
     config_class = MoDAConfig
     wiring_class = MoDAWiring
+    output_class = MoDAModelOutputWithPast
+    # `attentions` = the weights on the sequence keys (transformers' shape contract), `depth_attentions` = the rest.
+    _can_record_outputs = {
+        "attentions": OutputRecorder(MoDAAttention, index=1),
+        "depth_attentions": OutputRecorder(MoDAAttention, index=2),
+    }
     _supports_flash_attn = False
     _supports_flex_attn = False
     _supports_attention_backend = False
@@ -503,6 +557,7 @@ class MoDAModel(DepthBenchModel):
 class MoDAForCausalLM(DepthBenchForCausalLM):
     config_class = MoDAConfig
     model_class = MoDAModel
+    output_class = MoDACausalLMOutputWithPast
     _supports_flash_attn = False
     _supports_flex_attn = False
     _supports_attention_backend = False

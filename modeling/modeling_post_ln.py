@@ -7,6 +7,8 @@ Ships to the Hugging Face Hub as remote code (imports only torch, transformers a
 import torch
 
 from .configuration_depthbench import DepthBenchConfig
+from .fast_path import inference_fast_path  # noqa: F401  (a direct import: see hf_compat.py)
+from .hf_compat import MIN_TRANSFORMERS  # noqa: F401  (a direct import: see hf_compat.py)
 from .modeling_depthbench import (
     Branch,
     DepthBenchForCausalLM,
@@ -18,6 +20,7 @@ from .modeling_depthbench import (
     Residual,
     Wiring,
 )
+from .norms import make_norm  # noqa: F401  (a direct import: see hf_compat.py)
 from .numerics import upcast
 
 

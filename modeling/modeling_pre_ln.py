@@ -4,6 +4,8 @@ Ships to the Hugging Face Hub as remote code (imports only torch, transformers a
 """
 
 from .configuration_depthbench import DepthBenchConfig
+from .fast_path import inference_fast_path  # noqa: F401  (a direct import: see hf_compat.py)
+from .hf_compat import MIN_TRANSFORMERS  # noqa: F401  (a direct import: see hf_compat.py)
 from .modeling_depthbench import (
     DepthBenchForCausalLM,
     DepthBenchForQuestionAnswering,
@@ -12,6 +14,8 @@ from .modeling_depthbench import (
     DepthBenchModel,
     Wiring,
 )
+from .norms import make_norm  # noqa: F401  (a direct import: see hf_compat.py)
+from .numerics import upcast  # noqa: F401  (a direct import: see hf_compat.py)
 
 
 class PreLNConfig(DepthBenchConfig):

@@ -130,28 +130,57 @@ def test_loss_takes_shift_labels_and_loss_keywords(arch_id):
 # ============================================================================================ attentions
 @ARCH
 def test_output_attentions_with_eager_and_in_generate(arch_id):
+    """Eager attention returns transformers' shape contract, ``[B, H, T, T_kv]`` per layer: rows of causal
+    weights that sum to 1, or, for MoDA, the part of its one softmax on the sequence keys; the rest, on its depth
+    slots, comes as ``depth_attentions`` with ``output_depth_attentions=True`` (other architectures ignore it)."""
     model = tiny_model(arch_id, attn_implementation="eager")
     ids = random_ids(2, 6, seed=33)
     with torch.no_grad():
-        out = model(input_ids=ids, output_attentions=True, use_cache=False)
+        out = model(input_ids=ids, output_attentions=True, output_depth_attentions=True, use_cache=False)
     assert out.attentions is not None and len(out.attentions) == NUM_LAYERS
-    for weights in out.attentions:
-        b, h, t, keys = weights.shape
-        assert (b, h, t) == (2, TINY["num_attention_heads"], 6) and keys >= 6  # MoDA adds its depth keys
-        assert max_abs_diff(weights.sum(-1), torch.ones(b, h, t)) < ATOL
-        assert weights[..., :6].triu(1).abs().max() == 0  # causal: no weight on future positions
+    depth = getattr(out, "depth_attentions", None) or (None,) * NUM_LAYERS
+    for layer, (weights, depth_weights) in enumerate(zip(out.attentions, depth, strict=True)):
+        assert weights.shape == (2, TINY["num_attention_heads"], 6, 6)
+        total = weights.sum(-1) if depth_weights is None else weights.sum(-1) + depth_weights.sum(-1)
+        if depth_weights is not None:  # MoDA: 2 depth slots per earlier block
+            assert depth_weights.shape == (2, TINY["num_attention_heads"], 6, 2 * layer)
+        assert max_abs_diff(total, torch.ones(2, TINY["num_attention_heads"], 6)) < ATOL
+        assert weights.triu(1).abs().max() == 0  # causal: no weight on future positions
     as_tuple = model(input_ids=ids, output_attentions=True, use_cache=False, return_dict=False)
     assert len(as_tuple[-1]) == NUM_LAYERS
     generated = greedy(model, ids, 3, output_attentions=True, return_dict_in_generate=True)
     assert len(generated.attentions) == 3 and all(len(step) == NUM_LAYERS for step in generated.attentions)
-    assert generated.attentions[-1][0].shape[2] == 1  # decoding steps: one query each
+    assert generated.attentions[-1][0].shape[2:] == (1, 6 + 2)  # a decoding step: one query over the cache
+
+
+def _sdpa_attention_warnings(model, **inputs) -> tuple[object, list[str]]:
+    """``model(**inputs)`` under sdpa and the warnings transformers' sdpa logger printed meanwhile (its
+    ``warning_once`` memory cleared first, so an earlier test's warning does not hide this one)."""
+    from transformers.testing_utils import CaptureLogger
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.warning_once.cache_clear()
+    with CaptureLogger(hf_logging.get_logger("transformers.integrations.sdpa_attention")) as captured:
+        with torch.no_grad():
+            out = model(**inputs)
+    return out, [line for line in captured.out.splitlines() if line]
 
 
 @ARCH
-def test_output_attentions_refused_without_eager_and_dispatched_from_config(arch_id, checkpoints):
-    sdpa = tiny_model(arch_id, attn_implementation="sdpa")
-    with pytest.raises(ValueError, match=rf"output_attentions=True needs attn_implementation='eager'.*{arch_id}"):
-        sdpa(input_ids=random_ids(1, 4, seed=34), output_attentions=True)
+def test_output_attentions_under_sdpa_warn_and_return_none_as_llama(arch_id, checkpoints):
+    """Llama under sdpa answers ``output_attentions=True`` with transformers' warning and no attention weights
+    (hidden states still come); every architecture does exactly the same."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=TINY["vocab_size"], hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=NUM_LAYERS, num_attention_heads=4)).eval()
+    ids = random_ids(1, 4, seed=34)
+    asked = dict(input_ids=ids, output_attentions=True, output_hidden_states=True, use_cache=False)
+    expected, expected_warnings = _sdpa_attention_warnings(llama, **asked)
+    got, got_warnings = _sdpa_attention_warnings(tiny_model(arch_id, attn_implementation="sdpa"), **asked)
+    assert expected_warnings and got_warnings == expected_warnings
+    assert got.attentions == expected.attentions  # () from transformers' output capturing, as for Llama
+    assert len(got.hidden_states) == len(expected.hidden_states) == NUM_LAYERS + 1
     # like any transformers model: asking for attentions at load time selects the eager backend
     ckpt = checkpoints.get(arch_id)
     loaded = ARCHITECTURES[arch_id].causal_lm_class.from_pretrained(ckpt.path, output_attentions=True)

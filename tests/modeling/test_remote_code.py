@@ -8,7 +8,12 @@ imports with ``from .x import Y``; a check here fails if a copied file imports a
 fresh-process check runs ONE subprocess for all architectures of the session (``import depthbench`` is blocked
 there and verified to fail) and the parametrized tests read its JSON.
 An AST check keeps every shipped file importable on the Hub (stdlib, torch, transformers, huggingface_hub and flat
-sibling imports only).
+sibling imports only) and on every supported transformers release: outside ``try: ... except ImportError`` guards
+(modeling/hf_compat.py's fallbacks), only names present in every release since 5.0 may be imported from
+transformers (``TRANSFORMERS_SINCE_5_0``), no private module (``torch.utils._pytree`` and the like) may be
+imported, and each architecture file imports every sibling it needs directly (transformers before 5.10 copies
+only those out of a local folder). Loading under real older releases is ``scripts/remote_code_matrix.py``'s job
+(``.ci/remote_code_versions.sh``).
 
 Run it with ``python -m pytest tests/modeling/test_remote_code.py -q``.
 """
@@ -32,6 +37,21 @@ from tests.helpers import ARCH_IDS, REPO_ROOT
 ARCH = pytest.mark.parametrize("arch_id", ARCH_IDS)
 MODELING_DIR = REPO_ROOT / "modeling"
 ALLOWED_TOP_LEVEL = {"torch", "transformers", "huggingface_hub", "__future__"} | set(sys.stdlib_module_names)
+#: What remote code may import from transformers without a guard: names that every release from 5.0.0 to 5.24 has
+#: (checked in their wheels; an addition needs the same check, and a name that moved or appeared later goes into
+#: modeling/hf_compat.py behind ``try: ... except ImportError`` with a fallback).
+TRANSFORMERS_SINCE_5_0: dict[str, set[str]] = {
+    "transformers": {"AutoModel", "GenerationMixin", "PreTrainedModel", "PretrainedConfig", "initialization"},
+    "transformers.cache_utils": {"Cache", "DynamicCache"},
+    "transformers.masking_utils": {"create_causal_mask"},
+    "transformers.modeling_layers": {"GenericForQuestionAnswering", "GenericForSequenceClassification",
+                                     "GenericForTokenClassification", "GradientCheckpointingLayer"},
+    "transformers.modeling_outputs": {"BaseModelOutputWithPast", "CausalLMOutputWithPast"},
+    "transformers.modeling_rope_utils": {"ROPE_INIT_FUNCTIONS", "dynamic_rope_update"},
+    "transformers.modeling_utils": {"ALL_ATTENTION_FUNCTIONS"},
+    "transformers.utils": {"can_return_tuple", "logging"},
+    "transformers.utils.deprecation": {"deprecate_kwarg"},
+}
 
 # Runs in a fresh interpreter: blocks `import depthbench`, then loads every checkpoint of the manifest through the
 # three Auto classes with trust_remote_code=True and compares logits with the parent's reference.
@@ -286,3 +306,96 @@ def test_import_allow_list_accepts_good_imports(tmp_path):
     path.write_text("import math\nimport torch.nn.functional as F\nfrom transformers import PreTrainedModel\n"
                     "from huggingface_hub import hf_hub_download\nfrom .modeling_sibling import X\n")
     assert _import_violations(path) == []
+
+
+# ============================================================================================ every transformers 5.x
+def _guarded_nodes(tree: ast.AST) -> set[int]:
+    """ids of the nodes of ``try:`` statements that catch ``ImportError``: the import tried and its fallback for the
+    releases without it (which the release matrix of scripts/remote_code_matrix.py exercises)."""
+    guarded = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(
+            isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError") for h in node.handlers
+        ):
+            guarded.update(id(inner) for inner in ast.walk(node))
+    return guarded
+
+
+def _version_violations(path: Path) -> list[str]:
+    """Unguarded imports in ``path`` that an older transformers 5.x (or another torch) may not have."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    guarded, problems = _guarded_nodes(tree), []
+    for node in ast.walk(tree):
+        where = f"{path.name}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.Import):
+            modules = [(alias.name, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [(node.module, alias.name) for alias in node.names]
+        else:
+            continue
+        for module, name in modules:
+            if any(part.startswith("_") and not part.startswith("__") for part in module.split(".")):
+                problems.append(f"{where}: '{module}' is a private module")
+            elif module.split(".")[0] != "transformers" or id(node) in guarded:
+                continue
+            elif name is None and module != "transformers":
+                problems.append(f"{where}: 'import {module}': import names from it, as the allow-list lists them")
+            elif name is not None and name not in TRANSFORMERS_SINCE_5_0.get(module, set()):
+                problems.append(f"{where}: '{module}.{name}' is not in TRANSFORMERS_SINCE_5_0 (guard it in "
+                                "hf_compat.py with a fallback, or check it exists in every release since 5.0)")
+    return problems
+
+
+@pytest.mark.parametrize("path", sorted(MODELING_DIR.glob("*.py")), ids=lambda p: p.name)
+def test_modeling_files_import_only_transformers_names_since_5_0(path):
+    assert _version_violations(path) == []
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("from transformers.utils.generic import merge_with_config_defaults", "not in TRANSFORMERS_SINCE_5_0"),
+        ("from transformers import LlamaModel, PreTrainedModel", "'transformers.LlamaModel' is not"),
+        ("import torch.utils._pytree as pytree", "private module"),
+        ("from transformers.utils._private import x", "private module"),
+        ("import transformers.masking_utils", "import names from it"),
+        ("def f():\n    from transformers.utils.output_capturing import capture_outputs", "not in"),
+        ("try:\n    import foo\nexcept ValueError:\n    pass\nfrom transformers.x import y", "'transformers.x.y'"),
+    ],
+)
+def test_version_allow_list_catches_new_transformers_names(tmp_path, source, expected):
+    path = tmp_path / "modeling_new.py"
+    path.write_text(source + "\n")
+    problems = _version_violations(path)
+    assert len(problems) == 1 and expected in problems[0], problems
+
+
+def test_version_allow_list_accepts_guarded_imports_and_old_names(tmp_path):
+    path = tmp_path / "modeling_ok.py"
+    path.write_text("import transformers\nfrom transformers import PreTrainedModel\nimport torch.nn.functional as F\n"
+                    "try:\n    from transformers.utils.output_capturing import capture_outputs\n"
+                    "except ImportError:\n    from transformers.utils.generic import check_model_inputs\n")
+    assert _version_violations(path) == []
+
+
+def test_every_architecture_file_imports_its_siblings_directly():
+    """From a local folder, transformers before 5.10 copies only the direct sibling imports of the file that
+    ``auto_map`` names: the architecture file must import every sibling of its import closure itself."""
+    missing = {}
+    for arch_id in ARCH_IDS:
+        path = MODELING_DIR / _module_file(arch_id)
+        indirect = _import_closure(path) - {path.name} - {f"{m}.py" for m in _sibling_imports(path)}
+        if indirect:
+            missing[path.name] = sorted(indirect)
+    assert missing == {}
+
+
+def test_checkpoints_name_the_oldest_supported_transformers(checkpoints):
+    from depthbench.modeling.hf_compat import MIN_TRANSFORMERS, check_transformers_version
+
+    config = json.loads((checkpoints.get(ARCH_IDS[0]).path / "config.json").read_text())
+    assert config["depthbench_min_transformers"] == MIN_TRANSFORMERS
+    check_transformers_version()  # the installed release is supported
+    with pytest.raises(ImportError, match=rf"needs transformers>={MIN_TRANSFORMERS}, but transformers 4.57.6 is"):
+        check_transformers_version("4.57.6")
+    check_transformers_version(MIN_TRANSFORMERS + ".dev0")  # pre-releases of the minimum count as it
