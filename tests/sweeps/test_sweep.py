@@ -191,6 +191,18 @@ def test_spread_verdict_follows_the_written_rule():
     assert change["deep"]["std"] == pytest.approx(0.1) and change["shallow"]["seeds"] == 3
 
 
+def test_architectures_at_one_shape_are_ranked_with_the_spread_rule():
+    def rows(arch, vals):
+        return [{"arch": arch, "shape": "s4", "num_layers": 4, "hidden_size": 8, "aspect_ratio": 2.0, "lr": 1e-3,
+                 "params_total": 10, "at_best_lr": True, "eval_loss": v} for v in vals]
+
+    table = rows("a", (3.0, 3.1, 3.2)) + rows("b", (2.0, 2.1, 2.2)) + rows("c", (3.15, 3.3, 3.4))
+    (ranking,) = results_mod.shape_rankings(table, ["eval_loss"])
+    assert [arch for arch, _ in ranking["order"]] == ["b", "a", "c"]
+    assert ranking["verdicts"] == ["lower", "within"]  # b's range is below a's; a and c overlap (3.15-3.2)
+    assert results_mod.shape_rankings(rows("a", (1.0,)), ["eval_loss"]) == []  # one architecture: nothing to rank
+
+
 def test_metric_order_and_labels():
     rows = [{"eval_text": 1.0, "eval_synthetic": 2.0, "eval_loss": 1.5}]
     assert results_mod.result_metrics(rows) == ["eval_synthetic", "eval_text", "eval_loss"]

@@ -29,6 +29,7 @@ from depthbench.sweeps.results import (
     metric_label,
     result_metrics,
     row_order,
+    shape_rankings,
 )
 
 
@@ -94,6 +95,7 @@ def render_report(rows: list[dict[str, Any]], metrics: list[str], plot_name: str
         lines += [f"![held-out loss vs aspect ratio]({plot_name})", ""]
     lines += _best_lr_table(rows, metrics)
     lines += _changes_section(rows, metrics)
+    lines += _rankings_section(rows, metrics)
     lines += ["", "## All runs", ""]
     cols = ["arch", "shape", "num_layers", "hidden_size", "aspect_ratio", "params_total", "lr", "seed", "steps",
             "tokens", "tokens_per_param", "final_train_loss", *metrics, "at_best_lr", "wall_time_s", "tokens_per_s",
@@ -173,6 +175,23 @@ def _changes_section(rows: list[dict[str, Any]], metrics: list[str]) -> list[str
                          + "; ".join(f"{metric_label(c['metric'])} {c['change']:+.4f}, {VERDICTS[c['verdict']]}"
                                      for c in mine) + ".")
         lines += ["", f"**The rule.** {SPREAD_RULE}"]
+    return lines
+
+
+def _rankings_section(rows: list[dict[str, Any]], metrics: list[str]) -> list[str]:
+    """The architectures at each shape, lowest loss first, each neighbouring pair marked by the seed-spread rule."""
+    rankings = shape_rankings(rows, metrics)
+    if not rankings:
+        return []
+    lines = ["", "## Architectures at the same shape", "",
+             "Lowest mean loss first; between neighbours `<` = lower beyond the seed spread, `\u2248` = within it "
+             "(`?` = one seed, no spread to compare).", "",
+             "| metric | shape | L | architectures, lowest loss first |", "|---|---|---:|---|"]
+    marks = {"lower": "<", "within": "\u2248", "one seed": "?", "higher": ">"}
+    for r in rankings:
+        cells = [f"{arch} {p['mean']:.4f}" for arch, p in r["order"]]
+        text = cells[0] + "".join(f" {marks[v]} {c}" for v, c in zip(r["verdicts"], cells[1:]))
+        lines.append(f"| {metric_label(r['metric'])} | {r['shape']} | {r['num_layers']} | {text} |")
     return lines
 
 

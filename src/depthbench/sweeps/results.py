@@ -174,5 +174,25 @@ def loss_changes(rows: list[dict[str, Any]], metrics: list[str]) -> list[dict[st
     return out
 
 
+def shape_rankings(rows: list[dict[str, Any]], metrics: list[str]) -> list[dict[str, Any]]:
+    """Per metric and shape (with more than one architecture): the architectures' best-LR points from the lowest
+    mean loss up, and between each neighbouring pair the verdict of :func:`spread_verdict` (``"lower"``: the first
+    is below the second beyond the seed spread)."""
+    out = []
+    for metric in metrics:
+        by_shape: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        for arch, points in best_points(rows, metric).items():
+            for p in points:
+                by_shape.setdefault(p["shape"], []).append((arch, p))
+        for shape, entries in sorted(by_shape.items(), key=lambda kv: (kv[1][0][1]["num_layers"] or 0, kv[0])):
+            if len(entries) < 2:
+                continue
+            entries.sort(key=lambda e: e[1]["mean"])
+            out.append({"metric": metric, "shape": shape, "num_layers": entries[0][1]["num_layers"],
+                        "order": entries, "verdicts": [spread_verdict(b, a) for (_, a), (_, b) in
+                                                       zip(entries, entries[1:])]})
+    return out
+
+
 def row_order(r: dict[str, Any]) -> tuple:
     return (str(r["arch"]), r["num_layers"] or 0, r["lr"] or 0, r["seed"] or 0)
