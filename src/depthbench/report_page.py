@@ -98,10 +98,11 @@ def _figure(alt: str, name: str, folder: str) -> str:
         return f'<p class="missing">(figure <code>{html.escape(name)}</code> is not in the sweep folder)</p>'
     with open(path, "rb") as f:
         data = base64.b64encode(f.read()).decode("ascii")
-    return (f'<figure><div class="frame"><img src="data:{mime};base64,{data}" alt="{html.escape(alt)}" '
-            f'title="click to show at full size"></div>'
-            f"<figcaption>{html.escape(alt)} (<code>{html.escape(name)}</code>; click or tap the figure to see it at "
-            "full size)</figcaption></figure>")
+    hint = "click or tap the figure to see it at full size"
+    caption = (f"{html.escape(alt)} (<code>{html.escape(name)}</code>; {hint})" if alt and alt != name
+               else f"<code>{html.escape(name)}</code> ({hint})")
+    return (f'<figure><div class="frame"><img src="data:{mime};base64,{data}" alt="{html.escape(alt or name)}" '
+            f'title="click to show at full size"></div><figcaption>{caption}</figcaption></figure>')
 
 
 def markdown_to_html(text: str, folder: str) -> tuple[str, list[tuple[str, str]]]:
@@ -179,17 +180,15 @@ figure img { display: block; max-width: 100%; height: auto; background: #fff; bo
   border-radius: 6px; cursor: zoom-in; }
 figure.zoomed img { max-width: none; cursor: zoom-out; }
 figcaption { color: var(--muted); font-size: .85rem; margin-top: .3rem; }
-.table-wrap { overflow-x: auto; -webkit-overflow-scrolling: touch; margin: .8rem 0 1.2rem;
-  border: 1px solid var(--line); border-radius: 8px; }
-table { border-collapse: collapse; font-size: .88rem; width: max-content; min-width: 100%; }
+.table-wrap { overflow-x: auto; -webkit-overflow-scrolling: touch; margin: .8rem 0 1.2rem; width: fit-content;
+  max-width: 100%; border: 1px solid var(--line); border-radius: 8px; }
+table { border-collapse: collapse; font-size: .88rem; width: max-content; }
 th, td { padding: .35rem .65rem; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
 td { max-width: 28rem; }
 tbody tr:last-child td { border-bottom: 0; }
-tbody tr:nth-child(even), tbody tr:nth-child(even) td:first-child { background: var(--head); }
+tbody tr:nth-child(even) { background: var(--head); }
 .num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
 thead th { background: var(--head); white-space: nowrap; }
-th:first-child, td:first-child { position: sticky; left: 0; background: var(--bg); }
-thead th:first-child { background: var(--head); }
 th button { all: unset; cursor: pointer; font-weight: 600; }
 th button:focus-visible { outline: 2px solid var(--accent); outline-offset: 2px; }
 th[aria-sort="ascending"] button::after { content: " \\25B2"; font-size: .7em; }
