@@ -55,6 +55,7 @@ the three seeds, and with three seeds that is a weak test (see ``depthbench.swee
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -200,8 +201,9 @@ def run_demo(args: argparse.Namespace) -> int:
     claim_folder(spec, out)  # a folder of another sweep definition: refused before anything is built
     data_dir = ensure_demo_data(os.path.join(out, "data"), max_vocab=_model_vocab(probe))
     run_sweep(spec, out, launcher="local", workers=workers)
-    analyze_demo(out, data_dir)
-    evaluate_demo(out, limit=getattr(args, "eval_limit", None))
+    with one_torch_thread():
+        analyze_demo(out, data_dir)
+        evaluate_demo(out, limit=getattr(args, "eval_limit", None))
     rows = collect_results(out)
     print()
     print_table(rows)
@@ -213,6 +215,21 @@ def run_demo(args: argparse.Namespace) -> int:
     print(f"  {data_dir} (the corpus), {os.path.join(out, 'runs')} (one folder per run)")
     print(f"demo finished in {time.time() - t0:.0f}s; open {os.path.join(out, 'report.html')} in a browser")
     return 0
+
+
+@contextlib.contextmanager
+def one_torch_thread():
+    """One torch thread in this process while the block runs: the demo's models are too small for intra-op threads,
+    and a second thread only spins (the analyses took 5.7 CPU-s with one thread, 34.9 with two; the evaluation 23.5
+    and 61.9: docs/benchmarks.md, "the demo at five tokens per parameter")."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _model_vocab(cfg) -> int:

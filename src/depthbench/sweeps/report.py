@@ -1,12 +1,13 @@
 """The files of a sweep folder and ``depthbench report``: ``results.csv`` / ``results.jsonl`` (one row per run),
 ``loss_vs_aspect_ratio.png`` (``depthbench.sweeps.plots``), the results section of ``report.md`` (the setup, the
-plot, the best-LR table, each architecture's loss change from the shallowest to the deepest shape, every run) and
-the closing terminal table.
+plot, the best-LR table, each architecture's loss change from the shallowest to the deepest shape against the seed
+spread, the architectures ranked at each shape, every run) and the closing terminal table.
 
-    depthbench report runs/400m                          # rebuild results.csv / plot / report.md
+    depthbench report runs/400m                          # rebuild results.csv / plot / report.md / report.html
 
 ``report.md`` is assembled by ``depthbench.runs.write_report_section`` from its sections: the results (here), the
-downstream evaluation (``depthbench eval``) and the layer analyses (``depthbench analyze``).
+downstream evaluation (``depthbench eval``) and the layer analyses (``depthbench analyze``); ``report.html`` is the
+same report as one self-contained page (``depthbench.report_page``).
 """
 
 from __future__ import annotations
@@ -278,6 +279,7 @@ def _cmd_report(args) -> int:
 
 def register_cli(subparsers) -> None:
     """Add ``depthbench report``."""
-    r = subparsers.add_parser("report", help="rebuild results.csv, the plot and report.md of a sweep folder")
+    r = subparsers.add_parser("report",
+                              help="rebuild results.csv, the plot, report.md and report.html of a sweep folder")
     r.add_argument("run_dir", help="the --out folder of a sweep")
     r.set_defaults(func=_cmd_report)
