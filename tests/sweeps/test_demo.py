@@ -218,9 +218,23 @@ def test_demo_command_end_to_end_on_a_small_corpus(small_corpus, tmp_path, capsy
     assert "different sweep definition" in capsys.readouterr().err
 
 
+def test_a_stopped_demo_ends_without_analyses_or_evaluation(small_corpus, tmp_path, capsys, monkeypatch):
+    """A stop signal during the runs (the sweep returns with runs unfinished): the demo says how to continue and
+    neither analyses nor evaluates the runs it has."""
+    import shutil
+
+    out = tmp_path / "demo"
+    shutil.copytree(small_corpus, out / "data")
+    monkeypatch.setattr(demo, "run_sweep", lambda spec, out, **kw: [{"status": "finished"}, {"status": "stopped"}])
+    monkeypatch.setattr(demo, "analyze_demo", lambda *a, **k: pytest.fail("analysed a stopped demo"))
+    monkeypatch.setattr(demo, "evaluate_demo", lambda *a, **k: pytest.fail("evaluated a stopped demo"))
+    assert cli_main(["demo", "--out", str(out), "--steps", "1", *NARROW]) == 0
+    assert "demo stopped before every run finished" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_real_demo_smoke_run(tmp_path, capsys):
-    """The real command (full corpus, real micro-grid shapes, 27 runs in workers) with 2 steps per run: ~3-5
+    """The real command (full corpus, real micro-grid shapes, 27 runs in workers) with 2 steps per run: ~1-2
     minutes on 2 cores."""
     out = tmp_path / "demo"
     assert cli_main(["sweep", "--preset", "demo", "--out", str(out), "--steps", "2"]) == 0

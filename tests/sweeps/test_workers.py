@@ -43,6 +43,11 @@ def fail_on_second(base, overrides, log, run_dir):
     return "finished"
 
 
+def die(base, overrides, log, run_dir):
+    """A worker that dies (killed, out of memory): the pool breaks."""
+    os._exit(3)
+
+
 def wait_for_stop(base, overrides, log, run_dir):
     """What the trainer does on SIGTERM: finish the current step and return ``stopped``."""
     stop = []
@@ -79,6 +84,16 @@ def test_the_first_error_stops_the_sweep_and_is_raised(tmp_path):
     with pytest.raises(SweepRunFailed, match="stand-in failure"):
         run_in_workers(todo, fail_on_second, 1, log=lambda *a: None)
     assert [Path(j.run_dir, "started").exists() for j in todo] == [True, True, False, False]
+
+
+def test_a_worker_that_dies_is_a_failure_naming_the_run(tmp_path):
+    from depthbench.errors import exit_code
+    from depthbench.sweeps.workers import WorkerFailed
+
+    todo = jobs(tmp_path, 2)
+    with pytest.raises(WorkerFailed, match=r"job\d failed in its worker process .*console.log") as info:
+        run_in_workers(todo, die, 1, log=lambda *a: None)
+    assert exit_code(info.value) == 1
 
 
 def test_a_stop_signal_stops_the_runs_in_flight_and_starts_no_new_one(tmp_path):

@@ -62,7 +62,7 @@ import os
 import time
 from typing import Any
 
-from depthbench import atomic
+from depthbench import atomic, runs
 from depthbench.shapes import get_grid, get_shape, grid_shapes
 from depthbench.sweeps.report import print_table
 from depthbench.sweeps.results import collect_results
@@ -200,7 +200,10 @@ def run_demo(args: argparse.Namespace) -> int:
     probe = spec.run_config(spec.runs()[0], os.path.join(out, "runs", "probe"))  # bad --set: fail before the data
     claim_folder(spec, out)  # a folder of another sweep definition: refused before anything is built
     data_dir = ensure_demo_data(os.path.join(out, "data"), max_vocab=_model_vocab(probe))
-    run_sweep(spec, out, launcher="local", workers=workers)
+    rows = run_sweep(spec, out, launcher="local", workers=workers)
+    if sum(r["status"] in runs.DONE_STATUSES for r in rows) < len(spec.runs()):  # stopped by a signal
+        print(f"demo stopped before every run finished; `depthbench demo --out {out}` (the same command) continues")
+        return 0
     with one_torch_thread():
         analyze_demo(out, data_dir)
         evaluate_demo(out, limit=getattr(args, "eval_limit", None))

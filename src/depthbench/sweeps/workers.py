@@ -27,12 +27,19 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass
 from typing import Any
 
+from depthbench.errors import Failed
+
 TrainPoint = Callable[[dict[str, Any], list[str], Callable[..., None], str], str]
 """How a worker trains a point: ``train(base, overrides, log, run_dir) -> status``
 (``depthbench.sweeps.runner.train_point``; a module-level function, so that it pickles by name)."""
 
 CONSOLE_LOG = "console.log"
 """What a worker's run printed, in its run folder."""
+
+
+class WorkerFailed(Failed, RuntimeError):
+    """A worker process failed outside the training function's own errors (it died, or raised something else);
+    the message names the run and points at its ``console.log``."""
 
 
 @dataclass(frozen=True)
@@ -149,8 +156,11 @@ def run_in_workers(jobs: list[Job], train: TrainPoint, workers: int, *, threads:
                 try:
                     status, seconds = future.result()
                 except BaseException as exc:  # noqa: BLE001  (raised below, after the others stopped)
-                    if error is None:
-                        error = exc
+                    if error is None:  # bad input and failed runs (ValueErrors) carry their own message
+                        error = exc if isinstance(exc, ValueError) else WorkerFailed(
+                            f"{job.label} failed in its worker process ({type(exc).__name__}: {exc}); its output is "
+                            f"in {os.path.join(job.run_dir, CONSOLE_LOG)}. Run the same command again to continue "
+                            "(finished runs are skipped)")
                         _stop_workers()
                     continue
                 if status == "stopped" and not stopping:
