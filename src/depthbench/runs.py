@@ -9,6 +9,7 @@ A sweep folder (``depthbench sweep --out SWEEP``)::
     sweep.json                the definition (``depthbench.sweeps.spec.SweepSpec``) and its fingerprint
     runs/<run id>/            one run folder per point, named by :func:`run_id`
     report.md                 assembled from sections (:func:`write_report_section`)
+    report.html               the same report as one self-contained page (``depthbench.report_page``)
     sections/<name>.md        the report's sections: results, published, evaluation, analysis (:data:`REPORT_SECTIONS`)
 
 Everything here reads and writes plain files; nothing imports torch.
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from depthbench import atomic
+from depthbench.report_page import write_report_page
 
 SUMMARY = "summary.json"
 RUN_CONFIG = "run_config.json"
@@ -194,7 +196,8 @@ def sweep_data_dir(sweep_dir: str) -> str | None:
 
 def write_report_section(sweep_dir: str, name: str, text: str | None) -> str:
     """Store section ``name`` of the sweep's report (``None`` removes it) and reassemble ``report.md`` from every
-    stored section in :data:`REPORT_SECTIONS` order; returns the path of ``report.md``.
+    stored section in :data:`REPORT_SECTIONS` order, and ``report.html`` from it (``depthbench.report_page``: the
+    same content as one self-contained page); returns the path of ``report.md``.
 
     Each producer owns its section's text; this function owns the file, so rebuilding one section never touches
     the others. A ``report.md`` found without stored sections (written by hand or by another tool) is kept as the
@@ -221,5 +224,7 @@ def write_report_section(sweep_dir: str, name: str, text: str | None) -> str:
         if os.path.isfile(section_path):
             with open(section_path, encoding="utf-8") as f:
                 parts.append(f.read().rstrip("\n"))
-    atomic.write_text(report, "\n\n".join(parts) + "\n")
+    text = "\n\n".join(parts) + "\n"
+    atomic.write_text(report, text)
+    write_report_page(sweep_dir, text)
     return report

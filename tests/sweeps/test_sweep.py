@@ -41,8 +41,8 @@ BASE = {
 }
 ARCHS, SHAPES, LRS = ["pre_ln", "hc"], ["tiny-L2", "tiny-L4"], [1e-3, 3e-3]
 REQUIRED_COLUMNS = ["arch", "shape", "num_layers", "hidden_size", "aspect_ratio", "params_total", "lr", "seed",
-                    "tokens", "steps", "final_train_loss", "eval_loss", "eval_synthetic", "eval_text", "best_lr",
-                    "at_best_lr", "wall_time_s", "tokens_per_s", "status"]
+                    "tokens", "tokens_per_param", "steps", "final_train_loss", "eval_loss", "eval_synthetic",
+                    "eval_text", "best_lr", "at_best_lr", "wall_time_s", "tokens_per_s", "status"]
 
 
 def make_spec(data_dir: Path, **kw) -> SweepSpec:
@@ -103,6 +103,7 @@ def test_result_files_one_row_per_run_with_the_right_columns(sweep_dir, data_dir
         assert r["hidden_size"] == 32 and r["num_layers"] == int(r["shape"].split("-L")[1])
         assert r["aspect_ratio"] == pytest.approx(32 / r["num_layers"])
         assert r["tokens"] == 3 * 4 * 32 and r["steps"] == 3 and r["status"] == "finished"
+        assert r["tokens_per_param"] == round(r["tokens"] / r["params_total"], 2)
         assert r["wall_time_s"] > 0 and r["tokens_per_s"] > 0
         for split in ("eval_synthetic", "eval_text"):
             assert math.isfinite(r[split]) and r[split] > 0
@@ -139,13 +140,67 @@ def test_report_md_and_plot(sweep_dir):
             pts = results_mod.best_points(rows, metric)[arch]
             assert [p["num_layers"] for p in pts] == [2, 4]
             change = pts[1]["mean"] - pts[0]["mean"]
-            line = (f"| {arch} | {results_mod.metric_label(metric)} | L2, 16.0 | L4, 8.0 | {pts[0]['mean']:.4f} \u2192 "
-                    f"{pts[1]['mean']:.4f} | {change:+.4f} |")
+            line = (f"| {arch} | {results_mod.metric_label(metric)} | L2, 16.0 | L4, 8.0 | {pts[0]['mean']:.4f} | "
+                    f"{pts[1]['mean']:.4f} | {change:+.4f} | {100 * change / pts[0]['mean']:+.1f}% | "
+                    "one seed: no spread to compare |")
             assert line in report, line
     assert "8 of 8 runs finished" in report
     assert report.count("\n| pre_ln | tiny-L") == 2 + 4  # best-LR table (2 shapes) + all runs (4)
     png = (sweep_dir / "loss_vs_aspect_ratio.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_report_html_holds_every_figure_and_table_of_report_md(sweep_dir):
+    """The page is built from report.md (tests/test_report_page.py checks the renderer): one inlined image per
+    figure line, one sortable table per markdown table, the same row count in each."""
+    import base64
+    import re
+
+    report = (sweep_dir / "report.md").read_text()
+    page = (sweep_dir / "report.html").read_text()
+    figures = re.findall(r"^!\[[^\]]*\]\(([^)]+)\)$", report, flags=re.M)
+    inlined = re.findall(r'<img src="data:image/png;base64,([^"]+)"', page)
+    assert figures and len(inlined) == len(figures)
+    assert [base64.b64decode(data) for data in inlined] == [(sweep_dir / name).read_bytes() for name in figures]
+    blocks = re.findall(r"((?:^\|.*\|$\n?)+)", report, flags=re.M)
+    tables = [b.strip().splitlines() for b in blocks if re.match(r"^\|(\s*:?-{3,}:?\s*\|)+$", b.splitlines()[1])]
+    html_tables = re.findall(r'<table class="sortable">(.*?)</table>', page, flags=re.S)
+    assert len(html_tables) == len(tables) >= 3
+    assert [t.count("<tr>") for t in html_tables] == [len(t) - 1 for t in tables]  # header + body rows
+
+
+def test_spread_verdict_follows_the_written_rule():
+    """Hand-made points: ranges that do not overlap are beyond the spread, touching or overlapping ones within it,
+    a single seed gives no verdict; the rule's stated chance for n = 3 is 2 / C(6, 3)."""
+    def point(*vals):
+        return {"seeds": len(vals), "mean": sum(vals) / len(vals), "min": min(vals), "max": max(vals)}
+
+    shallow = point(3.00, 3.02, 3.05)
+    assert results_mod.spread_verdict(shallow, point(2.90, 2.95, 2.99)) == "lower"
+    assert results_mod.spread_verdict(shallow, point(3.06, 3.10, 3.20)) == "higher"
+    assert results_mod.spread_verdict(shallow, point(2.90, 2.95, 3.00)) == "within"  # touching at 3.00
+    assert results_mod.spread_verdict(shallow, point(2.80, 3.01, 3.30)) == "within"
+    assert results_mod.spread_verdict(shallow, point(2.5)) == "one seed"
+    assert "10 % for n = 3" in results_mod.SPREAD_RULE and 2 / math.comb(6, 3) == 0.1
+    rows = [{"arch": "a", "shape": f"s{L}", "num_layers": L, "hidden_size": 8, "aspect_ratio": 8 / L, "lr": 1e-3,
+             "params_total": 10, "at_best_lr": True, "eval_loss": v} for L, vals in ((2, (3.0, 3.1, 3.2)),
+                                                                                   (8, (2.7, 2.8, 2.9)))
+            for v in vals]
+    (change,) = results_mod.loss_changes(rows, ["eval_loss"])
+    assert change["change"] == pytest.approx(-0.3) and change["verdict"] == "lower"
+    assert change["deep"]["std"] == pytest.approx(0.1) and change["shallow"]["seeds"] == 3
+
+
+def test_architectures_at_one_shape_are_ranked_with_the_spread_rule():
+    def rows(arch, vals):
+        return [{"arch": arch, "shape": "s4", "num_layers": 4, "hidden_size": 8, "aspect_ratio": 2.0, "lr": 1e-3,
+                 "params_total": 10, "at_best_lr": True, "eval_loss": v} for v in vals]
+
+    table = rows("a", (3.0, 3.1, 3.2)) + rows("b", (2.0, 2.1, 2.2)) + rows("c", (3.15, 3.3, 3.4))
+    (ranking,) = results_mod.shape_rankings(table, ["eval_loss"])
+    assert [arch for arch, _ in ranking["order"]] == ["b", "a", "c"]
+    assert ranking["verdicts"] == ["lower", "within"]  # b's range is below a's; a and c overlap (3.15-3.2)
+    assert results_mod.shape_rankings(rows("a", (1.0,)), ["eval_loss"]) == []  # one architecture: nothing to rank
 
 
 def test_metric_order_and_labels():

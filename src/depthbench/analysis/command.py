@@ -1,6 +1,6 @@
 """``depthbench analyze``: the layer analyses of arXiv 2609.32534 on a checkpoint, a Hub model or a whole sweep.
 
-    depthbench analyze runs/demo/runs/hc__tiny-L8__lr0.003__s0/final --metrics angular,causal --data runs/demo/data
+    depthbench analyze runs/demo/runs/hc__micro-L8__lr0.003__s0/final --metrics angular,causal --data runs/demo/data
     depthbench analyze meta-llama/Llama-3.2-1B --metrics logit_lens --data calib.txt -o out/llama
     depthbench analyze runs/demo --metrics causal,permutation,logit_lens     # every run, resumable + comparisons
 

@@ -1,7 +1,7 @@
 """The ``depthbench eval`` command line: lm-eval on a checkpoint (or every run of a sweep), results as files and in
 the model card.
 
-    depthbench eval runs/demo/runs/hc__tiny-L4__lr0.003__s0 --tasks depthbench_synthetic
+    depthbench eval runs/demo/runs/hc__micro-L5__lr0.003__s0 --tasks depthbench_synthetic
     depthbench eval my-ckpt --tasks depthbench_nll,depthbench_zeroshot --batch-size 16 --device cuda
     depthbench eval my-ckpt --tasks depthbench_nll --data-dir nll_data --limit 100      # offline local copies
     depthbench eval runs/demo --tasks depthbench_synthetic      # a sweep folder: every run, resumable, + report

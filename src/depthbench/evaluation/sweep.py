@@ -40,8 +40,8 @@ def sweep_eval_rows(sweep_dir: str) -> list[dict[str, Any]]:
 
 # ============================================================================================ plots
 def _plot_panel(ax, rows: list[dict[str, Any]], task: str, metric: str, title: str, ylabel: str) -> None:
-    """The metric against d/L (log scale, deeper to the right), one line per architecture (mean over runs at the
-    same shape); ticks at the measured shapes, labelled d/L and L."""
+    """The metric against d/L (log scale, deeper to the right), one line per architecture (mean over the runs at
+    the same shape, e.g. seeds, with their min-max as a band); ticks at the measured shapes, labelled d/L and L."""
     from matplotlib.ticker import NullFormatter
 
     sel = [r for r in rows if r["task"] == task and r["metric"] == metric and r["aspect_ratio"]]
@@ -51,7 +51,12 @@ def _plot_panel(ax, rows: list[dict[str, Any]], task: str, metric: str, title: s
             if r["arch"] == arch:
                 pts.setdefault(r["aspect_ratio"], []).append(r["value"])
         xs = sorted(pts)
-        ax.plot(xs, [sum(pts[x]) / len(pts[x]) for x in xs], marker="o", label=arch)
+        n = max(len(v) for v in pts.values())
+        line, = ax.plot(xs, [sum(pts[x]) / len(pts[x]) for x in xs], marker="o",
+                        label=arch + (f" (n={n})" if n > 1 else ""))
+        if n > 1:
+            ax.fill_between(xs, [min(pts[x]) for x in xs], [max(pts[x]) for x in xs], color=line.get_color(),
+                            alpha=0.15, lw=0)
     ticks = sorted({(r["aspect_ratio"], r["L"]) for r in sel})
     ax.set_xscale("log")
     ax.set_xticks([x for x, _ in ticks])
@@ -105,7 +110,8 @@ def _write_plots(rows: list[dict[str, Any]], root: Path) -> list[str]:
 
 # ============================================================================================ report section
 def _metric_table(rows: list[dict[str, Any]], task: str, metric: str, depths: list[int], archs: list[str]) -> list[str]:
-    """One task and metric as a table of architecture x L (mean over the runs at each cell)."""
+    """One task and metric as a table of architecture x L (mean over the runs at each cell, e.g. seeds, and their
+    min-max in brackets when there are several)."""
     sel = [r for r in rows if r["task"] == task and r["metric"] == metric]
     better = "lower" if metric.split(" ")[0] in ("nll", "ppl", "bits_per_byte") else "higher"
     lines = [f"**{task}** `{metric}` ({better} is better)", "",
@@ -115,7 +121,8 @@ def _metric_table(rows: list[dict[str, Any]], task: str, metric: str, depths: li
         cells = []
         for L in depths:
             vals = [r["value"] for r in sel if r["arch"] == arch and r["L"] == L]
-            cells.append(fmt_value(sum(vals) / len(vals)) if vals else "")
+            spread = f" ({fmt_value(min(vals))}\u2013{fmt_value(max(vals))})" if len(vals) > 1 else ""
+            cells.append(fmt_value(sum(vals) / len(vals)) + spread if vals else "")
         lines.append(f"| {arch} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 

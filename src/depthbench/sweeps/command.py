@@ -79,7 +79,8 @@ def _cmd_sweep(args) -> int:
               f"submit with: sbatch {path}; afterwards: depthbench report {args.out}")
         return 0
     rows = run_sweep(spec, args.out, launcher=args.launcher, accelerate_args=args.accelerate_args,
-                     wait_for_writer=args.wait_for_writer or 0.0)
+                     wait_for_writer=args.wait_for_writer or 0.0,
+                     workers=args.workers)
     print()
     print_table(rows)
     return 0
@@ -111,6 +112,9 @@ def register_cli(subparsers) -> None:
                    help="wait up to SECONDS while another live launcher runs this --out folder (default: refuse)")
     p.add_argument("--launcher", choices=["local", "accelerate"], default="local",
                    help="local: one run after another in this process; accelerate: each run under accelerate launch")
+    p.add_argument("--workers", type=int, default=1,
+                   help="(--launcher local) runs trained side by side in that many processes, the machine's cores "
+                        "shared out among them (default 1; small CPU models gain from 2 or more)")
     p.add_argument("--accelerate-args", default="",
                    help="arguments for accelerate launch; pass with '=': --accelerate-args='--num_processes 8'")
     p.add_argument("--emit", choices=["slurm"], help="write a job-array script instead of running")

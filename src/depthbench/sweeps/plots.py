@@ -8,9 +8,9 @@ from depthbench.sweeps.results import best_points, metric_label
 
 
 def plot_loss_vs_aspect_ratio(rows: list[dict[str, Any]], path: str, metrics: list[str]) -> bool:
-    """One panel per metric: held-out loss (best LR; mean over seeds, min-max band) against d/L, one line per
-    architecture, wide-shallow on the left, deep-narrow on the right (log axis). Returns False when matplotlib is
-    missing or nothing finished yet."""
+    """One panel per metric: held-out loss (best LR; mean over seeds, their min-max as band and bars) against d/L,
+    one line per architecture, wide-shallow on the left, deep-narrow on the right (log axis). Returns False when
+    matplotlib is missing or nothing finished yet."""
     try:
         import matplotlib
 
@@ -35,11 +35,14 @@ def plot_loss_vs_aspect_ratio(rows: list[dict[str, Any]], path: str, metrics: li
             xs = [p["aspect_ratio"] for p in points]
             seeds = max(p["seeds"] for p in points)
             label = arch + (f" (n={seeds} seeds)" if seeds > 1 else "")
-            ax.plot(xs, [p["mean"] for p in points], marker=markers[i % len(markers)], color=colors[arch],
-                    label=label, lw=1.6, ms=5)
-            if seeds > 1:
-                ax.fill_between(xs, [p["min"] for p in points], [p["max"] for p in points], color=colors[arch],
-                                alpha=0.15, lw=0)
+            means = [p["mean"] for p in points]
+            ax.plot(xs, means, marker=markers[i % len(markers)], color=colors[arch], label=label, lw=1.6, ms=5)
+            if seeds > 1:  # the seeds' min-max: a band between the points and a bar at each
+                lows, highs = [p["min"] for p in points], [p["max"] for p in points]
+                ax.fill_between(xs, lows, highs, color=colors[arch], alpha=0.15, lw=0)
+                ax.errorbar(xs, means, yerr=[[m - lo for m, lo in zip(means, lows)],
+                                             [hi - m for m, hi in zip(means, highs)]],
+                            fmt="none", ecolor=colors[arch], elinewidth=1.0, capsize=3, alpha=0.8)
             for p in points:
                 ticks[p["aspect_ratio"]] = p["num_layers"]
         ax.set_xscale("log")
@@ -53,8 +56,8 @@ def plot_loss_vs_aspect_ratio(rows: list[dict[str, Any]], path: str, metrics: li
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=8)
     n_seeds = max((p["seeds"] for pts in per_metric.values() for ps in pts.values() for p in ps), default=1)
-    band = "; band = min-max over seeds" if n_seeds > 1 else "; one seed per point"
-    fig.suptitle(f"Held-out loss vs aspect ratio at a fixed parameter budget (best LR per point{band})",
+    band = f"mean of {n_seeds} seeds, band and bars = their min-max" if n_seeds > 1 else "one seed per point"
+    fig.suptitle(f"Held-out loss vs aspect ratio at a fixed parameter budget (best LR per point; {band})",
                  fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=130)

@@ -1,12 +1,13 @@
 """The files of a sweep folder and ``depthbench report``: ``results.csv`` / ``results.jsonl`` (one row per run),
 ``loss_vs_aspect_ratio.png`` (``depthbench.sweeps.plots``), the results section of ``report.md`` (the setup, the
-plot, the best-LR table, each architecture's loss change from the shallowest to the deepest shape, every run) and
-the closing terminal table.
+plot, the best-LR table, each architecture's loss change from the shallowest to the deepest shape against the seed
+spread, the architectures ranked at each shape, every run) and the closing terminal table.
 
-    depthbench report runs/400m                          # rebuild results.csv / plot / report.md
+    depthbench report runs/400m                          # rebuild results.csv / plot / report.md / report.html
 
 ``report.md`` is assembled by ``depthbench.runs.write_report_section`` from its sections: the results (here), the
-downstream evaluation (``depthbench eval``) and the layer analyses (``depthbench analyze``).
+downstream evaluation (``depthbench eval``) and the layer analyses (``depthbench analyze``); ``report.html`` is the
+same report as one self-contained page (``depthbench.report_page``).
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from depthbench import atomic, runs
 from depthbench.sweeps.plots import plot_loss_vs_aspect_ratio
 from depthbench.sweeps.results import (
     COLUMNS,
+    SPREAD_RULE,
     best_points,
     collect_results,
     loss_changes,
     metric_label,
     result_metrics,
     row_order,
+    shape_rankings,
 )
 
 
@@ -92,58 +95,123 @@ def render_report(rows: list[dict[str, Any]], metrics: list[str], plot_name: str
     if spec.get("notes"):
         lines += [spec["notes"].strip(), ""]
     if spec:
-        base = spec.get("base") or {}
-        train, data, optim = base.get("train") or {}, base.get("data") or {}, base.get("optim") or {}
-        finished = [r for r in rows if r["status"] == "finished"]
-        tokens = sorted({r["tokens"] for r in finished if r.get("tokens")})
-        lines += ["## Setup", "",
-                  f"- architectures: {', '.join(spec.get('archs', []))}",
-                  f"- shapes: {', '.join(spec.get('shapes', []))}",
-                  f"- learning rates: {', '.join(f'{lr:g}' for lr in spec.get('lrs', []))}; "
-                  f"seeds: {', '.join(map(str, spec.get('seeds', [])))}",
-                  f"- recipe: {train.get('max_steps') or _common([r.get('steps') for r in finished]) or '?'} steps of "
-                  f"{train.get('global_batch_size', '?')} x "
-                  f"{data.get('seq_len', '?')} tokens"
-                  + (f" ({tokens[0]:,} tokens per run)" if len(tokens) == 1 else "")
-                  + f", AdamW wd {optim.get('weight_decay', 0.1)}, warmup {optim.get('warmup_fraction', 0.1):g}, "
-                  f"cosine to {optim.get('min_lr_ratio', 0.1):g} x peak, clip {optim.get('grad_clip', 1.0):g}",
-                  f"- data: `{data.get('data_dir', '?')}`",
-                  *([f"- overrides: `{' '.join(spec['overrides'])}`"] if spec.get("overrides") else []),
-                  ""]
+        lines += _setup_lines(spec, rows)
     if plot_name:
         lines += [f"![held-out loss vs aspect ratio]({plot_name})", ""]
-    lines += ["## Best learning rate per shape", "",
-              "| arch | shape | L | d | d/L | params | best lr | seeds | "
-              + " | ".join(f"{metric_label(m)} (`{m}`)" for m in metrics) + " |",
-              "|---|---|---:|---:|---:|---:|---:|---:|" + "---:|" * len(metrics)]
+    lines += _best_lr_table(rows, metrics)
+    lines += _changes_section(rows, metrics)
+    lines += _rankings_section(rows, metrics)
+    lines += ["", "## All runs", ""]
+    cols = ["arch", "shape", "num_layers", "hidden_size", "aspect_ratio", "params_total", "lr", "seed", "steps",
+            "tokens", "tokens_per_param", "final_train_loss", *metrics, "at_best_lr", "wall_time_s", "tokens_per_s",
+            "status"]
+    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in sorted(rows, key=row_order):
+        lines.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _setup_lines(spec: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """The setup section: architectures, shapes, LRs and seeds, the recipe with its tokens per parameter, the data."""
+    base = spec.get("base") or {}
+    train, data, optim = base.get("train") or {}, base.get("data") or {}, base.get("optim") or {}
+    finished = [r for r in rows if r["status"] == "finished"]
+    tokens = sorted({r["tokens"] for r in finished if r.get("tokens")})
+    return ["## Setup", "",
+            f"- architectures: {', '.join(spec.get('archs', []))}",
+            f"- shapes: {', '.join(spec.get('shapes', []))}",
+            f"- learning rates: {', '.join(f'{lr:g}' for lr in spec.get('lrs', []))}; "
+            f"seeds: {', '.join(map(str, spec.get('seeds', [])))}",
+            f"- recipe: {train.get('max_steps') or _common([r.get('steps') for r in finished]) or '?'} steps of "
+            f"{train.get('global_batch_size', '?')} x "
+            f"{data.get('seq_len', '?')} tokens"
+            + (f" ({tokens[0]:,} tokens per run{_tokens_per_param(finished)})" if len(tokens) == 1 else "")
+            + f", AdamW wd {optim.get('weight_decay', 0.1)}, warmup {optim.get('warmup_fraction', 0.1):g}, "
+            f"cosine to {optim.get('min_lr_ratio', 0.1):g} x peak, clip {optim.get('grad_clip', 1.0):g}",
+            f"- data: `{data.get('data_dir', '?')}`",
+            *([f"- overrides: `{' '.join(spec['overrides'])}`"] if spec.get("overrides") else []),
+            ""]
+
+
+def _best_lr_table(rows: list[dict[str, Any]], metrics: list[str]) -> list[str]:
+    """Per architecture and shape at its best LR: each metric's mean over seeds, with the seeds' min-max."""
+    lines = ["## Best learning rate per shape", "",
+             "Each cell: the mean over the seeds, and in brackets their min-max (the seed spread).", "",
+             "| arch | shape | L | d | d/L | params | best lr | seeds | "
+             + " | ".join(f"{metric_label(m)} (`{m}`)" for m in metrics) + " |",
+             "|---|---|---:|---:|---:|---:|---:|---:|" + "---:|" * len(metrics)]
     per_metric = {m: best_points(rows, m) for m in metrics}
     for arch, points in sorted(per_metric[metrics[-1]].items()):
         for p in points:
             cells = []
             for m in metrics:
                 q = next((q for q in per_metric[m].get(arch, []) if q["shape"] == p["shape"]), None)
-                cells.append("" if q is None else f"{q['mean']:.4f}" + (
-                    f" ({q['min']:.4f}-{q['max']:.4f})" if q["seeds"] > 1 else ""))
+                cells.append("" if q is None else _mean_range(q))
             lines.append(f"| {arch} | {p['shape']} | {p['num_layers']} | {p['hidden_size']} | "
                          f"{p['aspect_ratio']:.1f} | {_fmt_params(p['params_total'])} | {p['lr']:g} | {p['seeds']} | "
                          + " | ".join(cells) + " |")
-    lines += ["", "## Loss change from the shallowest to the deepest shape", "",
-              "Negative = the deepest shape reached a lower held-out loss than the shallowest at the same "
-              "parameter budget.", "",
-              "| arch | metric | shallowest (L, d/L) | deepest (L, d/L) | loss (shallow \u2192 deep) | change | "
-              "relative |", "|---|---|---|---|---|---:|---:|"]
-    for c in loss_changes(rows, metrics):
+    return lines
+
+
+VERDICTS = {"lower": "deeper is better, beyond the seed spread", "higher": "deeper is worse, beyond the seed spread",
+            "within": "within the seed spread", "one seed": "one seed: no spread to compare"}
+"""How the report words each verdict of ``depthbench.sweeps.results.spread_verdict``."""
+
+
+def _changes_section(rows: list[dict[str, Any]], metrics: list[str]) -> list[str]:
+    """The loss change from the shallowest to the deepest shape per architecture and metric, with both points'
+    seed spreads, the verdict in words, and the rule behind it."""
+    changes = loss_changes(rows, metrics)
+    lines = ["", "## Loss change from the shallowest to the deepest shape", "",
+             "Change = mean loss of the deepest shape minus that of the shallowest, at the same parameter budget "
+             "(negative = deeper is better); in brackets each point's seed spread (min-max over its seeds).", "",
+             "| arch | metric | shallowest (L, d/L) | deepest (L, d/L) | shallow | deep | change | relative | "
+             "against the seed spread |", "|---|---|---|---|---:|---:|---:|---:|---|"]
+    for c in changes:
         a, b = c["shallow"], c["deep"]
         lines.append(f"| {c['arch']} | {metric_label(c['metric'])} | L{a['num_layers']}, {a['aspect_ratio']:.1f} | "
-                     f"L{b['num_layers']}, {b['aspect_ratio']:.1f} | {a['mean']:.4f} \u2192 {b['mean']:.4f} | "
-                     f"{c['change']:+.4f} | {100 * c['relative']:+.1f}% |")
-    lines += ["", "## All runs", ""]
-    cols = ["arch", "shape", "num_layers", "hidden_size", "aspect_ratio", "params_total", "lr", "seed", "steps",
-            "tokens", "final_train_loss", *metrics, "at_best_lr", "wall_time_s", "tokens_per_s", "status"]
-    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in sorted(rows, key=row_order):
-        lines.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
-    return "\n".join(lines) + "\n"
+                     f"L{b['num_layers']}, {b['aspect_ratio']:.1f} | {_mean_range(a)} | {_mean_range(b)} | "
+                     f"{c['change']:+.4f} | {100 * c['relative']:+.1f}% | {VERDICTS[c['verdict']]} |")
+    if changes:
+        lines += ["", "In words:", ""]
+        for arch in sorted({c["arch"] for c in changes}):
+            mine = [c for c in changes if c["arch"] == arch]
+            lines.append(f"- **{arch}** (L{mine[0]['shallow']['num_layers']} \u2192 L{mine[0]['deep']['num_layers']}): "
+                         + "; ".join(f"{metric_label(c['metric'])} {c['change']:+.4f}, {VERDICTS[c['verdict']]}"
+                                     for c in mine) + ".")
+        lines += ["", f"**The rule.** {SPREAD_RULE}"]
+    return lines
+
+
+def _rankings_section(rows: list[dict[str, Any]], metrics: list[str]) -> list[str]:
+    """The architectures at each shape, lowest loss first, each neighbouring pair marked by the seed-spread rule."""
+    rankings = shape_rankings(rows, metrics)
+    if not rankings:
+        return []
+    lines = ["", "## Architectures at the same shape", "",
+             "Lowest mean loss first; between neighbours `<` = lower beyond the seed spread, `\u2248` = within it "
+             "(`?` = one seed, no spread to compare).", "",
+             "| metric | shape | L | architectures, lowest loss first |", "|---|---|---:|---|"]
+    marks = {"lower": "<", "within": "\u2248", "one seed": "?", "higher": ">"}
+    for r in rankings:
+        cells = [f"{arch} {p['mean']:.4f}" for arch, p in r["order"]]
+        text = cells[0] + "".join(f" {marks[v]} {c}" for v, c in zip(r["verdicts"], cells[1:]))
+        lines.append(f"| {metric_label(r['metric'])} | {r['shape']} | {r['num_layers']} | {text} |")
+    return lines
+
+
+def _mean_range(p: dict[str, Any]) -> str:
+    """``mean (min-max)`` of a best-LR point (the mean alone for one seed)."""
+    return f"{p['mean']:.4f}" + (f" ({p['min']:.4f}\u2013{p['max']:.4f})" if p["seeds"] > 1 else "")
+
+
+def _tokens_per_param(finished: list[dict[str, Any]]) -> str:
+    """``, 5.0-5.3 tokens per parameter`` over the finished runs (empty when unknown)."""
+    tpp = [r["tokens_per_param"] for r in finished if r.get("tokens_per_param")]
+    if not tpp:
+        return ""
+    low, high = min(tpp), max(tpp)
+    return f", {low:.1f}" + (f"-{high:.1f}" if f"{high:.1f}" != f"{low:.1f}" else "") + " tokens per parameter"
 
 
 def _common(values: list[Any]) -> Any:
@@ -188,10 +256,13 @@ def print_table(rows: list[dict[str, Any]], metrics: list[str] | None = None, lo
         log("loss change, shallowest -> deepest shape (best LR; negative = deeper is better):")
         for arch in sorted({c["arch"] for c in changes}):
             parts = [f"{(c['metric'].removeprefix('eval_') if c['metric'] != 'eval_loss' else 'mean')} "
-                     f"{c['change']:+.4f}" for c in changes if c["arch"] == arch]
+                     f"{c['change']:+.4f}{'*' if c['verdict'] in ('lower', 'higher') else ''}"
+                     for c in changes if c["arch"] == arch]
             first = next(c for c in changes if c["arch"] == arch)
             log(f"  {arch:<12}L{first['shallow']['num_layers']} -> L{first['deep']['num_layers']}: "
                 + ", ".join(parts))
+        if any(c["verdict"] != "one seed" for c in changes):
+            log("  (*: beyond the seed spread, the seeds' min-max ranges do not overlap; the rest is within it)")
     not_done = [r for r in rows if r["status"] != "finished"]
     if not_done:
         log(f"({len(not_done)} run(s) not finished: " + ", ".join(
@@ -212,6 +283,7 @@ def _cmd_report(args) -> int:
 
 def register_cli(subparsers) -> None:
     """Add ``depthbench report``."""
-    r = subparsers.add_parser("report", help="rebuild results.csv, the plot and report.md of a sweep folder")
+    r = subparsers.add_parser("report",
+                              help="rebuild results.csv, the plot, report.md and report.html of a sweep folder")
     r.add_argument("run_dir", help="the --out folder of a sweep")
     r.set_defaults(func=_cmd_report)

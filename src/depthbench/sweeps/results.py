@@ -1,6 +1,7 @@
 """The results of a sweep folder, read from its files only: one row per run (summary, run config and the newest
 checkpoint's trainer state), the best learning rate per (architecture, shape), the best-LR points with their seed
-spread, and each architecture's change from the shallowest to the deepest shape. Nothing here trains or plots.
+spread, and each architecture's change from the shallowest to the deepest shape, judged against that spread
+(:data:`SPREAD_RULE`). Nothing here trains or plots.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from depthbench.training.checkpoint import latest_trainer_state
 
 COLUMNS = [
     "arch", "shape", "num_layers", "hidden_size", "aspect_ratio", "params_total", "params_backbone", "params_extra",
-    "lr", "seed", "tokens", "steps", "final_train_loss", "eval_loss", "best_lr", "at_best_lr", "wall_time_s",
-    "tokens_per_s", "status",
+    "lr", "seed", "tokens", "tokens_per_param", "steps", "final_train_loss", "eval_loss", "best_lr", "at_best_lr",
+    "wall_time_s", "tokens_per_s", "status",
 ]
 
 
@@ -54,6 +55,8 @@ def _row(run_dir: str, summary: dict[str, Any]) -> dict[str, Any]:
         "lr": (cfg.get("optim") or {}).get("lr"),
         "seed": (cfg.get("train") or {}).get("seed"),
         "tokens": summary.get("tokens"),
+        "tokens_per_param": (round(summary["tokens"] / params["total"], 2)
+                             if summary.get("tokens") and params.get("total") else None),
         "steps": summary.get("steps"),
         "final_train_loss": summary.get("final_train_loss"),
         "wall_time_s": round(wall, 2) if isinstance(wall, (int, float)) else None,
@@ -94,8 +97,9 @@ def _mark_best_lr(rows: list[dict[str, Any]]) -> None:
 
 
 def best_points(rows: list[dict[str, Any]], metric: str = "eval_loss") -> dict[str, list[dict[str, Any]]]:
-    """Per architecture, one entry per shape at its best learning rate: mean, min and max of ``metric`` over
-    seeds; sorted from the shallowest (widest, largest d/L) to the deepest shape."""
+    """Per architecture, one entry per shape at its best learning rate: mean, min, max and sample standard deviation
+    (``None`` for one seed) of ``metric`` over its ``seeds``; sorted from the shallowest (widest, largest d/L) to the
+    deepest shape."""
     out: dict[str, list[dict[str, Any]]] = {}
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
@@ -103,11 +107,12 @@ def best_points(rows: list[dict[str, Any]], metric: str = "eval_loss") -> dict[s
             groups.setdefault((r["arch"], r["shape"]), []).append(r)
     for (arch, shape), rs in groups.items():
         vals = [r[metric] for r in rs]
+        mean = sum(vals) / len(vals)
         out.setdefault(arch, []).append({
             "shape": shape, "num_layers": rs[0]["num_layers"], "hidden_size": rs[0]["hidden_size"],
             "aspect_ratio": rs[0]["aspect_ratio"], "lr": rs[0]["lr"], "seeds": len(vals),
-            "params_total": rs[0]["params_total"], "mean": sum(vals) / len(vals), "min": min(vals),
-            "max": max(vals),
+            "params_total": rs[0]["params_total"], "mean": mean, "min": min(vals), "max": max(vals),
+            "std": math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else None,
         })
     for arch in out:
         out[arch].sort(key=lambda p: (p["num_layers"] or 0, -(p["aspect_ratio"] or 0)))
@@ -130,8 +135,33 @@ def metric_label(metric: str) -> str:
     return {"synthetic": "synthetic depth tasks", "text": "held-out text", "heldout": "held-out"}.get(name, name)
 
 
+SPREAD_RULE = (
+    "A point's seed spread is the range (min to max) of its seeds' losses. A change counts as *beyond the seed "
+    "spread* only when the two points' ranges do not overlap (every seed of one point has a lower loss than every "
+    "seed of the other); otherwise it is *within the seed spread*: these seeds cannot tell the two points apart. With "
+    "n seeds per point, two points whose runs all come from one and the same distribution still have "
+    "non-overlapping ranges with probability 2 / C(2n, n) (10 % for n = 3, 33 % for n = 2), so with few seeds "
+    "'beyond' is a weak signal, not a significance test; a single seed has no spread and gives no verdict."
+)
+"""How the report judges a difference between two points against the spread of their seeds."""
+
+
+def spread_verdict(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """Point ``b`` against point ``a`` under :data:`SPREAD_RULE` (points of :func:`best_points`): ``"lower"`` or
+    ``"higher"`` (beyond the seed spread), ``"within"``, or ``"one seed"`` (either point has a single seed)."""
+    if a["seeds"] < 2 or b["seeds"] < 2:
+        return "one seed"
+    if b["max"] < a["min"]:
+        return "lower"
+    if b["min"] > a["max"]:
+        return "higher"
+    return "within"
+
+
 def loss_changes(rows: list[dict[str, Any]], metrics: list[str]) -> list[dict[str, Any]]:
-    """Per architecture and metric: best-LR loss at the shallowest and the deepest shape and the change."""
+    """Per architecture and metric: the best-LR points at the shallowest and the deepest shape, the change of the
+    mean (deep - shallow), its relative size and the verdict of :func:`spread_verdict` (``"lower"`` = the deepest
+    shape is better beyond the seed spread)."""
     out = []
     for metric in metrics:
         for arch, points in sorted(best_points(rows, metric).items()):
@@ -139,7 +169,28 @@ def loss_changes(rows: list[dict[str, Any]], metrics: list[str]) -> list[dict[st
                 continue
             a, b = points[0], points[-1]
             out.append({"arch": arch, "metric": metric, "shallow": a, "deep": b, "change": b["mean"] - a["mean"],
-                        "relative": (b["mean"] - a["mean"]) / a["mean"] if a["mean"] else None})
+                        "relative": (b["mean"] - a["mean"]) / a["mean"] if a["mean"] else None,
+                        "verdict": spread_verdict(a, b)})
+    return out
+
+
+def shape_rankings(rows: list[dict[str, Any]], metrics: list[str]) -> list[dict[str, Any]]:
+    """Per metric and shape (with more than one architecture): the architectures' best-LR points from the lowest
+    mean loss up, and between each neighbouring pair the verdict of :func:`spread_verdict` (``"lower"``: the first
+    is below the second beyond the seed spread)."""
+    out = []
+    for metric in metrics:
+        by_shape: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        for arch, points in best_points(rows, metric).items():
+            for p in points:
+                by_shape.setdefault(p["shape"], []).append((arch, p))
+        for shape, entries in sorted(by_shape.items(), key=lambda kv: (kv[1][0][1]["num_layers"] or 0, kv[0])):
+            if len(entries) < 2:
+                continue
+            entries.sort(key=lambda e: e[1]["mean"])
+            out.append({"metric": metric, "shape": shape, "num_layers": entries[0][1]["num_layers"],
+                        "order": entries, "verdicts": [spread_verdict(b, a) for (_, a), (_, b) in
+                                                       zip(entries, entries[1:])]})
     return out
 
 

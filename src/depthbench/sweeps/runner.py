@@ -39,6 +39,7 @@ from depthbench.config import load_run_config
 from depthbench.errors import Failed
 from depthbench.sweeps.report import collect_results, write_report
 from depthbench.sweeps.spec import SweepError, SweepSpec, claim_folder
+from depthbench.sweeps.workers import CONSOLE_LOG, Job, run_in_workers, usable_cores
 
 
 class SweepRunFailed(Failed, SweepError):
@@ -52,11 +53,15 @@ def run_sweep(
     launcher: str = "local",
     accelerate_args: str = "",
     wait_for_writer: float = 0.0,
+    workers: int = 1,
+    threads: int | None = None,
     log: Callable[..., None] = print,
 ) -> list[dict[str, Any]]:
     """Run (or continue) every point of ``spec`` into ``out_dir``; returns the result rows.
 
-    ``launcher="local"`` trains in this process one run after another; ``"accelerate"`` runs each point as
+    ``launcher="local"`` trains in this process one run after another, or, with ``workers`` > 1, in that many
+    spawned processes side by side (``depthbench.sweeps.workers``; ``threads`` torch threads each, default: this
+    machine's cores shared out among them); ``"accelerate"`` runs each point as
     ``accelerate launch <accelerate_args> -m depthbench.cli train ...`` (DDP/FSDP2 per run). A run that diverges
     (non-finite loss) is recorded with status ``diverged`` and the sweep goes on; a run stopped by a signal
     (SIGTERM/SIGINT: checkpointed) stops the sweep, and the next invocation resumes it.
@@ -70,6 +75,10 @@ def run_sweep(
     """
     if launcher not in ("local", "accelerate"):
         raise SweepError(f"launcher={launcher!r} is not allowed: launcher must be 'local' or 'accelerate'")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise SweepError(f"workers={workers!r} is not allowed: workers must be a positive integer")
+    if workers > 1 and launcher != "local":
+        raise SweepError("workers > 1 needs launcher 'local' (under accelerate each run already has its processes)")
     data_dir = (spec.base.get("data") or {}).get("data_dir")
     probe = spec.run_config(spec.runs()[0], os.path.join(out_dir, runs.RUNS, "probe"))
     data_dir = probe.data.data_dir or data_dir
@@ -81,37 +90,70 @@ def run_sweep(
     with lease.acquire(out_dir, what="depthbench sweep launcher", wait=wait_for_writer, hint=hint,
                        log=lambda msg: log(f"depthbench sweep: {msg}")):
         claim_folder(spec, out_dir)
-        return _run_points(spec, out_dir, launcher, accelerate_args, log)
+        return _run_points(spec, out_dir, launcher, accelerate_args, workers, threads, log)
 
 
-def _run_points(spec: SweepSpec, out_dir: str, launcher: str, accelerate_args: str, log: Callable[..., None]
-                ) -> list[dict[str, Any]]:
+def _run_points(spec: SweepSpec, out_dir: str, launcher: str, accelerate_args: str, workers: int,
+                threads: int | None, log: Callable[..., None]) -> list[dict[str, Any]]:
     """Every point of ``spec`` in turn (finished ones skipped), then the report; the sweep lease is held."""
     points = spec.runs()
     started = time.time()
+    todo = []
     for k, point in enumerate(points, 1):
         run_dir = spec.run_dir(out_dir, point)
         summary = runs.read_summary(run_dir)
         if summary and summary.get("status") in runs.DONE_STATUSES:
             log(f"[{k}/{len(points)}] {point.run_id}: {summary['status']} earlier, skipped")
             continue
-        resuming = "resuming" if summary or runs.is_run(run_dir) else "training"
-        log(f"[{k}/{len(points)}] {point.run_id}: {resuming} ({time.time() - started:.0f}s into the sweep)")
-        overrides = spec.run_overrides(point, run_dir)
-        if launcher == "local":
-            status = _train_local(spec.base, overrides, log, run_dir)
-        else:
-            status = _train_accelerate(spec.base, overrides, out_dir, run_dir, accelerate_args, log)
-        write_report(out_dir, log=lambda *_: None, plot=False)  # partial results stay visible while the sweep runs
-        if status == "stopped":
-            log(f"sweep stopped during {point.run_id} (checkpointed); run the same command again to continue")
-            break
+        action = "resuming" if summary or runs.is_run(run_dir) else "training"
+        todo.append(Job(f"[{k}/{len(points)}] {point.run_id}", spec.base, spec.run_overrides(point, run_dir), run_dir,
+                        action))
+    if workers > 1 and len(todo) > 1:
+        status = _run_parallel(todo, out_dir, min(workers, len(todo)), threads, started, log)
+    else:
+        status = _run_sequential(todo, out_dir, launcher, accelerate_args, started, log)
+    if status == "stopped":
+        log("sweep stopped (the runs in flight are checkpointed); run the same command again to continue")
     paths = write_report(out_dir, log=log)
     log(f"sweep done in {time.time() - started:.0f}s; results: {paths['csv']}")
     return collect_results(out_dir)
 
 
-def _train_local(base: dict[str, Any], overrides: list[str], log: Callable[..., None], run_dir: str = "") -> str:
+def _run_sequential(todo: list[Job], out_dir: str, launcher: str, accelerate_args: str, started: float,
+                    log: Callable[..., None]) -> str:
+    for job in todo:
+        log(f"{job.label}: {job.action} ({time.time() - started:.0f}s into the sweep)")
+        if launcher == "local":
+            status = train_point(job.base, job.overrides, log, job.run_dir)
+        else:
+            status = _train_accelerate(job.base, job.overrides, out_dir, job.run_dir, accelerate_args, log)
+        write_report(out_dir, log=lambda *_: None, plot=False)  # partial results stay visible while the sweep runs
+        if status == "stopped":
+            return "stopped"
+    return "finished"
+
+
+def _run_parallel(todo: list[Job], out_dir: str, workers: int, threads: int | None, started: float,
+                  log: Callable[..., None]) -> str:
+    threads = threads or max(1, usable_cores() // workers)
+    log(f"{len(todo)} runs in {workers} worker processes, {threads} torch thread(s) each (output of each run: "
+        f"<run>/{CONSOLE_LOG})")
+    done: list[float] = []
+
+    def on_done(job: Job, status: str, seconds: float) -> None:
+        done.append(seconds)
+        write_report(out_dir, log=lambda *_: None, plot=False)
+        left = len(todo) - len(done)
+        elapsed = time.time() - started
+        eta = f", about {elapsed / len(done) * left:.0f}s left" if left and status != "stopped" else ""
+        log(f"{job.label}: {status} in {seconds:.0f}s ({len(done)} of {len(todo)} done, {elapsed:.0f}s into the "
+            f"sweep{eta})")
+
+    return run_in_workers(todo, train_point, workers, threads=threads, on_done=on_done, log=log)
+
+
+def train_point(base: dict[str, Any], overrides: list[str], log: Callable[..., None], run_dir: str = "") -> str:
+    """Train one point in this process; returns its status (``finished``, ``diverged`` or ``stopped``)."""
     # imported here: the trainer loads torch and accelerate (import cost: `depthbench sweep --emit slurm` and
     # `--launcher accelerate` never train in this process)
     from depthbench.training.checkpoint import CheckpointError, NonFiniteLossError, TrainingError

@@ -1,6 +1,6 @@
 """``depthbench sft``: supervised fine-tuning on Commonsense170K (or any instruction rows) with ``Trainer``.
 
-    depthbench sft runs/demo/runs/hc__tiny-L4__lr0.003__s0 -o runs/hc-L4-sft                # Hub data (online)
+    depthbench sft runs/demo/runs/hc__micro-L5__lr0.003__s0 -o runs/hc-L5-sft                # Hub data (online)
     depthbench sft CKPT --data commonsense_170k.json -o DIR --epochs 1 --max-samples 10000   # a local copy
     depthbench sft CKPT --data rows.jsonl -o DIR --lr 5e-5 --global-batch-size 64 --micro-batch-size 8
 
