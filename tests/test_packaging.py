@@ -153,7 +153,8 @@ def test_a_shipped_run_file_is_found_by_name(tmp_path, monkeypatch):
 
     for name in SHIPPED_RUN_FILES:
         assert read_config_file(name) == yaml.safe_load((REPO / "src" / "depthbench" / "configs" / name).read_text())
-    assert load_run_config("demo.yaml").model.shape == "tiny-L4"
+    shipped = yaml.safe_load((REPO / "src" / "depthbench" / "configs" / "demo.yaml").read_text())
+    assert load_run_config("demo.yaml").model.shape == shipped["model"]["shape"]
     (tmp_path / "demo.yaml").write_text("model: {arch: hc, shape: tiny-L2}\n")  # a local file of the name wins
     assert read_config_file("demo.yaml") == {"model": {"arch": "hc", "shape": "tiny-L2"}}
     with pytest.raises(ValueError, match="does not exist.*400m.yaml, demo.yaml"):
