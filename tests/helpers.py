@@ -29,6 +29,28 @@ from depthbench.registry import ARCHITECTURES
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
 
+
+#: The start of a child-process script that must run without depthbench: every ``import depthbench...`` fails, and
+#: ``depthbench_blocked`` says that the block works (remote-code and export checks prepend it to their scripts).
+BLOCK_DEPTHBENCH = r'''
+import importlib.abc, sys
+
+
+class _BlockDepthbench(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "depthbench" or name.startswith("depthbench."):
+            raise ImportError(f"{name} is blocked: this must load without depthbench")
+        return None
+
+
+sys.meta_path.insert(0, _BlockDepthbench())
+try:
+    import depthbench  # noqa: F401
+    depthbench_blocked = False
+except ImportError:
+    depthbench_blocked = True
+'''
+
 ARCH_IDS: list[str] = list(ARCHITECTURES)
 """Every registered architecture id, in registry order (the contract is parametrized over this list)."""
 

@@ -32,7 +32,7 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from depthbench.registry import ARCHITECTURES
-from tests.helpers import ARCH_IDS, REPO_ROOT
+from tests.helpers import ARCH_IDS, BLOCK_DEPTHBENCH, REPO_ROOT
 
 ARCH = pytest.mark.parametrize("arch_id", ARCH_IDS)
 MODELING_DIR = REPO_ROOT / "modeling"
@@ -55,23 +55,8 @@ TRANSFORMERS_SINCE_5_0: dict[str, set[str]] = {
 
 # Runs in a fresh interpreter: blocks `import depthbench`, then loads every checkpoint of the manifest through the
 # three Auto classes with trust_remote_code=True and compares logits with the parent's reference.
-_CHILD = r'''
-import importlib.abc, json, sys
-
-
-class _BlockDepthbench(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "depthbench" or name.startswith("depthbench."):
-            raise ImportError(f"{name} is blocked: remote code must not need depthbench")
-        return None
-
-
-sys.meta_path.insert(0, _BlockDepthbench())
-try:
-    import depthbench  # noqa: F401
-    depthbench_blocked = False
-except ImportError:
-    depthbench_blocked = True
+_CHILD = BLOCK_DEPTHBENCH + r'''
+import json
 
 import torch
 import transformers

@@ -42,7 +42,7 @@ from depthbench.config import RunConfigError, load_run_config
 from depthbench.training.checkpoint import is_complete
 from depthbench.training.sharding import requested
 from depthbench.training.trainer import train
-from tests.helpers import REPO_ROOT, TINY_FIELDS, make_train_data
+from tests.helpers import BLOCK_DEPTHBENCH, REPO_ROOT, TINY_FIELDS, make_train_data
 
 FSDP2_CONFIG = REPO_ROOT / "src" / "depthbench" / "configs" / "fsdp2.yaml"
 ARCHS = ["pre_ln", "hc", "mhc", "attnres", "block_attnres", "moda"]
@@ -362,28 +362,14 @@ def test_resume_across_fsdp2_ddp_and_one_process(fsdp2_runs, name, arch, session
     assert_losses_close(fsdp2_runs[f"single_{arch}"], out)
 
 
-_CHILD = r'''
-import importlib.abc, json, sys
+_CHILD = BLOCK_DEPTHBENCH + r'''
+import json
 
-
-class _BlockDepthbench(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "depthbench" or name.startswith("depthbench."):
-            raise ImportError(f"{name} is blocked: the export must load without depthbench")
-        return None
-
-
-sys.meta_path.insert(0, _BlockDepthbench())
-try:
-    import depthbench  # noqa: F401
-    blocked = False
-except ImportError:
-    blocked = True
 import torch
 from transformers import AutoModelForCausalLM
 
 torch.set_num_threads(1)
-manifest, out = json.load(open(sys.argv[1])), {"blocked": blocked, "logits": {}}
+manifest, out = json.load(open(sys.argv[1])), {"blocked": depthbench_blocked, "logits": {}}
 ids = torch.load(manifest.pop("ids"))
 for arch, path in manifest.items():
     model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True).eval()

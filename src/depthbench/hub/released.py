@@ -146,7 +146,7 @@ class Catalogue:
             chosen = [r for r in chosen if r.arch in archs]
         for values, key, what in ((tiers, "tier", "--tier"), (sizes, "size", "--size")):
             if values is not None:
-                known = _unique(v for r in self.releases if (v := getattr(r, key)) is not None)
+                known = unique(v for r in self.releases if (v := getattr(r, key)) is not None)
                 wanted = {v.lower(): v for v in values}
                 bad = [v for k, v in wanted.items() if k not in {str(x).lower() for x in known}]
                 if bad:
@@ -166,7 +166,7 @@ class Catalogue:
 
     def _arch_id(self, name: str) -> str:
         arch = name if name in ARCHITECTURES else REPO_ARCH_NAMES.get(name.lower())
-        catalogued = _unique(r.arch for r in self.releases)
+        catalogued = unique(r.arch for r in self.releases)
         if arch in catalogued:
             return arch
         why = (f"{name!r} is a registered architecture, but the study's releases of it are not catalogued"
@@ -176,15 +176,16 @@ class Catalogue:
     def describe(self, archs: list[str] | None = None) -> str:
         """What exists per tier (for error messages): ``400M (L16, L20, ...): pre_ln, hc, ...``."""
         parts = []
-        for tier in _unique(r.tier for r in self.releases):
+        for tier in unique(r.tier for r in self.releases):
             rs = [r for r in self.releases if r.tier == tier and (archs is None or r.arch in archs)]
             if rs:
-                parts.append(f"{tier} (L{', L'.join(map(str, _unique(r.depth for r in rs)))}): "
-                             + ", ".join(_unique(r.arch for r in rs)))
+                parts.append(f"{tier} (L{', L'.join(map(str, unique(r.depth for r in rs)))}): "
+                             + ", ".join(unique(r.arch for r in rs)))
         return "catalogued: " + "; ".join(parts)
 
 
-def _unique(values) -> list:
+def unique(values) -> list:
+    """``values`` without repeats, in first-seen order."""
     out: list = []
     for v in values:
         if v not in out:
@@ -230,7 +231,7 @@ def format_listing(releases: list[Release]) -> str:
     header = {k: k for k in LIST_COLUMNS}
     widths = {k: max(len(row[k]) for row in [header, *rows]) for k in LIST_COLUMNS}
     lines = ["  ".join(row[k].ljust(widths[k]) for k in LIST_COLUMNS).rstrip() for row in [header, *rows]]
-    notes = _unique(n for r in releases for n in r.notes)
+    notes = unique(n for r in releases for n in r.notes)
     if notes:
         lines += ["", "notes:", *(f"- {n}" for n in notes)]
     return "\n".join(lines)

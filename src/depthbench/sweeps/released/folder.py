@@ -8,7 +8,7 @@ import shutil
 from typing import Any
 
 from depthbench import atomic, runs
-from depthbench.hub.released import CatalogueError
+from depthbench.hub.released import CatalogueError, unique
 from depthbench.sweeps.released.selection import Target
 
 KIND = "released"
@@ -38,7 +38,7 @@ def claim_folder(out_dir: str, targets: list[Target], measurement: dict[str, Any
     known += [{"arch": t.arch, "shape": t.shape, "lr": t.lr} for t in targets
               if {"arch": t.arch, "shape": t.shape, "lr": t.lr} not in known]
     spec = {"name": os.path.basename(os.path.abspath(out_dir)), "kind": KIND,
-            "archs": _unique(k["arch"] for k in known), "shapes": _unique(k["shape"] for k in known),
+            "archs": unique(k["arch"] for k in known), "shapes": unique(k["shape"] for k in known),
             "lrs": sorted({k["lr"] for k in known}), "seeds": sorted({t.seed for t in targets}),
             "planned": len(releases), "data": os.path.abspath(data_dir), "notes": _notes(measurement),
             "base": {"train": {"global_batch_size": (batch or {}).get("sequences", "?")},
@@ -56,14 +56,6 @@ def _notes(m: dict[str, Any]) -> str:
             f"setup below is the study's), converted with `depthbench.from_released` and re-measured here: "
             f"held-out loss on `{m['data']}` split `{m['split']}` ({tokens}, {m['seq_len'] or 'the model'}-token "
             f"windows, {m['dtype']}), at {when}.")
-
-
-def _unique(values) -> list:
-    out: list = []
-    for v in values:
-        if v not in out:
-            out.append(v)
-    return out
 
 
 def link_model(converted: str, final: str) -> None:
