@@ -31,8 +31,15 @@ def test_bf16_autocast_gradients_match_fp32(arch_id, attn_implementation):
     fp32 = _gradients(tiny_model(arch_id, attn_implementation=attn_implementation), ids, autocast=False)
     bf16 = _gradients(tiny_model(arch_id, attn_implementation=attn_implementation), ids, autocast=True)
     assert bf16.keys() == fp32.keys()
+    # bf16 keeps 8 significant bits, a few roundings per op. Over the whole model that is about 1 % of the gradient
+    # (0.3-1.2 % measured per architecture); a single tensor whose gradient is a sum over every token and channel
+    # with cancellation (HC's static gates: 2-6 % over input seeds, and it varies with the CPU's bf16 kernels) sits
+    # higher. A wrong or bf16-accumulated backward is off by far more than either bound.
+    error_sq = total_sq = 0.0
     for name, grad in fp32.items():
         assert bf16[name].dtype == torch.float32, name  # gradients of the fp32 master weights
-        scale = grad.norm().item()
-        if scale > 0:  # bf16 keeps 8 significant bits; a few roundings per op: a few percent of the gradient
-            assert (bf16[name] - grad).norm().item() <= 0.05 * scale, name
+        error, scale = (bf16[name] - grad).norm().item(), grad.norm().item()
+        error_sq, total_sq = error_sq + error**2, total_sq + scale**2
+        if scale > 0:
+            assert error <= 0.10 * scale, (name, error / scale)
+    assert error_sq**0.5 <= 0.02 * total_sq**0.5, (error_sq / total_sq) ** 0.5
