@@ -3,7 +3,12 @@ architecture: a forward and backward pass runs, and the gradients are the fp32 o
 
 The custom autograd functions of the modeling files (MoDA's depth slots, AttnRes's depth mix, HC's stream
 recomputation, mHC's Sinkhorn) see autocast's mixed dtypes in their backward (an fp32 RoPE'd query against bf16
-slots, bf16 gradients of fp32 inputs); this is where a dtype mismatch shows.
+slots, bf16 gradients of fp32 inputs); this is where a dtype mismatch shows. What this test does not see: with
+every fp32 guard of the modeling files switched off (``full_precision`` a no-op, ``upcast`` to bf16), mHC, MoDA,
+DenseFormer and the norm family stay inside both bounds below (AttnRes raises, HC's worst tensor reaches 10 %), so the
+guards are tested where they are, per architecture: ``test_autocast_does_not_lower_gate_precision`` in
+``residuals/test_hc.py`` and ``..._mapping_precision`` in ``test_mhc.py`` fail when ``full_precision`` is a no-op
+(checked), and the bf16 mix tests of ``test_attnres.py`` and ``test_denseformer.py`` assert the dtypes of their math.
 
 Run: ``python -m pytest tests/modeling/test_autocast_training.py -q``
 """
