@@ -8,7 +8,7 @@ transformers that did not exist, or lived elsewhere, in an older 5.x release is 
   ``transformers.utils.output_capturing`` from 5.2; transformers 5.0 and 5.1 have the same recorder in
   ``transformers.utils.generic`` with ``check_model_inputs`` as the decorator (which also fills config defaults,
   the job of 5.2's ``merge_with_config_defaults``).
-* The KV-cache keyword and output field are ``cache`` from 5.24, ``past_key_values`` before (``_CACHE_FIELD``,
+* The KV-cache keyword and output field are ``cache`` from 5.24, ``past_key_values`` before (``CACHE_FIELD``,
   :func:`renamed_cache_kwarg`); ``create_causal_mask`` takes the cache as its 4th argument from 5.10 (named
   ``cache`` from 5.24), by keyword only in 5.4 - 5.9, and needs the queries' ``cache_position`` before 5.4
   (:func:`causal_mask`).
@@ -80,9 +80,9 @@ except ImportError:  # 5.0 - 5.1: `check_model_inputs` (imported as capture_outp
 
 
 #: The KV cache's keyword and output field: ``cache`` from transformers 5.24, ``past_key_values`` before.
-_CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
-if _CACHE_FIELD == "cache":
+if CACHE_FIELD == "cache":
     # As the installed transformers' own Llama: the old keyword still works, with a FutureWarning.
     renamed_cache_kwarg = deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
 else:
@@ -125,6 +125,6 @@ def attention_interface(implementation: str, default: Callable) -> Callable:
 
 
 __all__ = [
-    "MIN_TRANSFORMERS", "OutputRecorder", "_CACHE_FIELD", "attention_interface", "cache_update", "capture_outputs",
+    "MIN_TRANSFORMERS", "OutputRecorder", "CACHE_FIELD", "attention_interface", "cache_update", "capture_outputs",
     "causal_mask", "check_transformers_version", "hf_init", "merge_with_config_defaults", "renamed_cache_kwarg",
 ]

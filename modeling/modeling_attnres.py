@@ -16,7 +16,7 @@ Memory vs time. The depth mix never stacks the sources: a stacked ``[S, B, T, d]
 every sublayer (O(L^2) activations for Full AttnRes). The logits are per-source matrix-vector products, the
 softmax runs once over the stacked ``[S, B, T]`` logits, and the weighted sum is a chain of fused multiply-adds; all
 that autograd keeps is the sources themselves (alive anyway) plus ``[S, B, T]`` fp32 scalars per sublayer. The
-training and decoding implementations of the mix are in ``depth_mix_paths.py``.
+training and decoding implementations of the mix are in ``attnres_depth_mix.py``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from .attnres_depth_mix import STACKED_MIX_MAX_TOKENS, DepthMix, stacked_depth_mix
 from .configuration_depthbench import DepthBenchConfig
-from .depth_mix_paths import STACKED_MIX_MAX_TOKENS, _DepthMix, _stacked_depth_mix
 from .fast_path import derived_weights, inference_fast_path
 from .hf_compat import hf_init
 from .modeling_depthbench import (
@@ -44,7 +44,7 @@ from .modeling_depthbench import (
     Wiring,
 )
 from .norms import make_norm  # noqa: F401  (a direct import: see hf_compat.py)
-from .numerics import _fast_inv_rms, as_dtype, inv_rms, upcast
+from .numerics import as_dtype, fast_inv_rms, inv_rms, upcast
 
 
 # ================================================================================================ configs
@@ -216,8 +216,8 @@ def depth_mix(
     if u is None:
         u = as_dtype(upcast(query) * upcast(key_gain), sources[0].dtype)
     if not torch.is_grad_enabled() and sources[0].shape[:-1].numel() <= STACKED_MIX_MAX_TOKENS:
-        return _stacked_depth_mix(query, key_gain, sources, inv_rms_values, u)
-    return _DepthMix.apply(u, len(sources), *inv_rms_values, *sources)
+        return stacked_depth_mix(query, key_gain, sources, inv_rms_values, u)
+    return DepthMix.apply(u, len(sources), *inv_rms_values, *sources)
 
 
 # ================================================================================================ residual wiring
@@ -239,7 +239,7 @@ class _MixerMixin:
     def source_inv_rms(self, source: torch.Tensor) -> torch.Tensor:
         """:func:`inv_rms` of a new source (computed once per source, then carried in the stream)."""
         if self.query is not None and inference_fast_path(self):
-            return _fast_inv_rms(source, self._mix_constants(source.dtype)[1])
+            return fast_inv_rms(source, self._mix_constants(source.dtype)[1])
         return inv_rms(source, self.eps)
 
     def mix(self, sources: list[torch.Tensor], inv: list[torch.Tensor]) -> torch.Tensor:

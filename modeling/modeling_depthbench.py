@@ -48,7 +48,7 @@ from transformers.utils import can_return_tuple
 
 from .configuration_depthbench import DepthBenchConfig
 from .hf_compat import (
-    _CACHE_FIELD,
+    CACHE_FIELD,
     OutputRecorder,
     attention_interface,
     cache_update,
@@ -690,7 +690,7 @@ class DepthBenchModel(DepthBenchPreTrainedModel):
         return self.output_class(
             last_hidden_state=last_hidden_state,
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
-            **{_CACHE_FIELD: cache if use_cache else None},
+            **{CACHE_FIELD: cache if use_cache else None},
         )
 
 
@@ -777,7 +777,7 @@ class DepthBenchForCausalLM(DecoderHead, DepthBenchPreTrainedModel, GenerationMi
             logits=logits,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
-            **{_CACHE_FIELD: getattr(outputs, _CACHE_FIELD)},
+            **{CACHE_FIELD: getattr(outputs, CACHE_FIELD)},
             **extra,
         )
 

@@ -4,7 +4,7 @@ Ships to the Hugging Face Hub as remote code (imports only torch, transformers a
 pieces shared with manifold-constrained HC (``modeling_mhc.py``) live here: :class:`HyperConnectionWiring` (stream
 layout, readout, analysis states, the 1/sqrt(n) output init) and :func:`hyper_connection_update` (one sublayer's
 width mix + branch + depth connection as a single batched matmul). Their training memory (autograd keeps one
-sublayer input stream in k) is ``stream_saver`` in ``stream_memory.py``.
+sublayer input stream in k) is ``stream_saver`` in ``hc_stream_memory.py``.
 
 Einsum legend: b batch, t token, s/r streams (n of them), j mixed outputs (n + 1: branch input, then the n carried
 streams), d hidden size.
@@ -20,6 +20,7 @@ from torch import nn
 
 from .configuration_depthbench import DepthBenchConfig
 from .fast_path import derived_weights, inference_fast_path
+from .hc_stream_memory import StreamSaver, stream_saver
 from .hf_compat import hf_init
 from .modeling_depthbench import (
     Branch,
@@ -34,7 +35,6 @@ from .modeling_depthbench import (
 )
 from .norms import make_norm  # noqa: F401  (a direct import: see hf_compat.py)
 from .numerics import as_dtype, full_precision, inv_rms, upcast
-from .stream_memory import StreamSaver, stream_saver
 
 READOUTS = ("mean", "sum", "sum_norm")
 
@@ -80,7 +80,7 @@ class HCConfig(DepthBenchConfig):
         hc_norm_eps: Epsilon of the parameter-free per-stream RMS normalisation (reference 1e-8).
         hc_keep_stream_every: Training memory (no effect on the math or the parameters): autograd keeps the n-stream
             input [B, T, n, d] of every k-th sublayer only and recomputes the others in the backward pass from the
-            last kept one (``stream_saver`` in ``stream_memory.py``; gradients bitwise equal). 1 keeps every stream;
+            last kept one (``stream_saver`` in ``hc_stream_memory.py``; gradients bitwise equal). 1 keeps every stream;
             default 8, the measured best (rebuilt streams live only once the logits are freed, early in the backward
             pass; see docs/benchmarks.md).
         hc_readout_evidence: How ``hc_readout`` was chosen when ``depthbench convert`` read a checkpoint whose
@@ -121,8 +121,8 @@ class HCConfig(DepthBenchConfig):
                     "hc_readout_evidence", self.hc_readout_evidence, "None or a dict")
         for field in ("hc_scale_output_init", "hc_use_tanh"):
             self._check(isinstance(getattr(self, field), bool), field, getattr(self, field), "True or False")
-        self._check(_is_number(self.hc_gate_init), "hc_gate_init", self.hc_gate_init, "a number")
-        self._check(_is_number(self.hc_norm_eps) and self.hc_norm_eps > 0, "hc_norm_eps", self.hc_norm_eps,
+        self._check(is_number(self.hc_gate_init), "hc_gate_init", self.hc_gate_init, "a number")
+        self._check(is_number(self.hc_norm_eps) and self.hc_norm_eps > 0, "hc_norm_eps", self.hc_norm_eps,
                     "a positive number")
 
     def num_extra_parameters(self) -> int:
@@ -132,7 +132,7 @@ class HCConfig(DepthBenchConfig):
         return self.num_sublayers * (n * (n + 1) + d * (n + 1) + 1 + n + d + 1)
 
 
-def _is_number(value) -> bool:
+def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 

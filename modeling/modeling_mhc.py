@@ -3,7 +3,7 @@
 Ships to the Hugging Face Hub as remote code (imports only torch, transformers and sibling files). The stream
 layout, readout and the batched width/depth update are shared with HC (``modeling_hc.py``); this file adds the
 mHC coefficient generator (flattened-stream RMSNorm, one GEMM to n² + 2n logits, sigmoid / 2·sigmoid / Sinkhorn,
-the last in ``sinkhorn.py``).
+the last in ``mhc_sinkhorn.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from torch import nn
 
 from .configuration_depthbench import DepthBenchConfig
 from .fast_path import derived_weights, inference_fast_path
+from .hc_stream_memory import stream_saver
 from .hf_compat import hf_init
+from .mhc_sinkhorn import sinkhorn_inference, sinkhorn_scaled
 from .modeling_depthbench import (
     Branch,
     DepthBenchForCausalLM,
@@ -25,11 +27,9 @@ from .modeling_depthbench import (
     Norm,
     Residual,
 )
-from .modeling_hc import READOUTS, HyperConnectionWiring, _is_number, hyper_connection_update
+from .modeling_hc import READOUTS, HyperConnectionWiring, hyper_connection_update, is_number
 from .norms import make_norm  # noqa: F401  (a direct import: see hf_compat.py)
 from .numerics import as_dtype, full_precision, inv_rms, upcast
-from .sinkhorn import _sinkhorn, _sinkhorn_inference
-from .stream_memory import stream_saver
 
 #: Which normalisation ends each Sinkhorn round (``mhc_sinkhorn_ends_on``).
 SINKHORN_ENDS = ("rows", "columns")
@@ -87,7 +87,7 @@ class MHCConfig(DepthBenchConfig):
         mhc_norm_eps: Epsilon of the flattened-stream RMS normalisation (1e-6).
         mhc_scale_output_init: Divide the init std of every ``o_proj`` and ``down_proj`` by sqrt(n).
         mhc_keep_stream_every: Training memory, as ``hc_keep_stream_every`` of HC (``stream_saver`` in
-            ``stream_memory.py``; no effect on the math or the parameters). 1 keeps every stream; default 8.
+            ``hc_stream_memory.py``; no effect on the math or the parameters). 1 keeps every stream; default 8.
         mhc_readout_evidence: How ``mhc_readout`` was chosen when ``depthbench convert`` read a checkpoint whose
             config does not record it (the losses of both readouts on a text sample, or the user's choice);
             ``None`` otherwise. No effect on the math.
@@ -139,9 +139,9 @@ class MHCConfig(DepthBenchConfig):
             self._check(isinstance(getattr(self, field), bool), field, getattr(self, field), "True or False")
         for field in ("mhc_sinkhorn_temperature", "mhc_norm_eps"):
             value = getattr(self, field)
-            self._check(_is_number(value) and value > 0, field, value, "a positive number")
+            self._check(is_number(value) and value > 0, field, value, "a positive number")
         for field in ("mhc_gate_init", "mhc_init_gap"):
-            self._check(_is_number(getattr(self, field)), field, getattr(self, field), "a number")
+            self._check(is_number(getattr(self, field)), field, getattr(self, field), "a number")
 
     def num_extra_parameters(self) -> int:
         """Per sublayer: dynamic ``nd(n²+2n) + (n²+2n) + 3`` (Φ, b, three gains); static ``n²+2n`` (b)."""
@@ -237,12 +237,12 @@ class MHCResidual(Residual):
         z_res = z_res.unflatten(-1, (n, n))
         if self.temperature != 1.0:
             z_res = z_res / self.temperature
-        h_res = self._project_res(z_res, _sinkhorn)
+        h_res = self._project_res(z_res, sinkhorn_scaled)
         return h_pre, h_post, h_res
 
     def _project_res(self, z_res: torch.Tensor, projection) -> torch.Tensor:
-        """``projection`` (a row-ending Sinkhorn of ``sinkhorn.py``) of the logits [..., n, n]; ending on the columns
-        is the same projection of the transposed logits, transposed back (a view: bmm reads either layout)."""
+        """``projection`` (a row-ending Sinkhorn of ``mhc_sinkhorn.py``) of the logits [..., n, n]; ending on the
+        columns is the same projection of the transposed logits, transposed back (a view: bmm reads either layout)."""
         if not self.ends_on_columns:
             return projection(z_res, self.num_iters).view(z_res.shape)
         z_t = z_res.transpose(-1, -2)
@@ -266,7 +266,7 @@ class MHCResidual(Residual):
         scale[2 * n:] = 1.0 / self.temperature
         bias = upcast(self.bias) * scale
         if not self.dynamic:
-            h_res = self._project_res(bias[2 * n:].view(1, n, n), _sinkhorn_inference)[0]
+            h_res = self._project_res(bias[2 * n:].view(1, n, n), sinkhorn_inference)[0]
             return torch.cat([bias[:n].sigmoid().unsqueeze(0), h_res]), bias[n:2 * n].sigmoid().mul(2.0)
         nd = self.phi.shape[1]
         gains = torch.cat([upcast(a).expand(k) for a, k in
@@ -277,7 +277,7 @@ class MHCResidual(Residual):
     def _inference_forward(self, stream: torch.Tensor, norm: Norm, branch: Branch) -> torch.Tensor:
         """:meth:`forward` without autograd in few aten calls (``fast_path.py``): all logits from one GEMM and one
         fused multiply-add, one sigmoid for H_pre and H_post, Sinkhorn with an early exit
-        (:func:`_sinkhorn_inference`), one bmm each for the branch input and the carried streams and one addcmul for
+        (:func:`sinkhorn_inference`), one bmm each for the branch input and the carried streams and one addcmul for
         the depth connection. The static variant's maps are input-independent and cached. Equal to the
         differentiable path up to float rounding (``tests/modeling/residuals/test_hc_inference_paths.py``)."""
         if not self.dynamic:
@@ -292,7 +292,7 @@ class MHCResidual(Residual):
             z = torch.addcmul(bias, torch.mm(x, phi), torch.addcmul(eps, length, length).rsqrt_())  # [N, n²+2n]
             gates, z_res = z.split_with_sizes([2 * n, n * n], dim=-1)
             gates = as_dtype(gates.sigmoid(), stream.dtype)  # [N, 2n]: σ(pre) | σ(post)
-            h_res = as_dtype(self._project_res(z_res.view(-1, n, n), _sinkhorn_inference), stream.dtype)
+            h_res = as_dtype(self._project_res(z_res.view(-1, n, n), sinkhorn_inference), stream.dtype)
         h = stream.reshape(-1, n, d)
         u = torch.bmm(gates.view(-1, 2, n), h)[:, 0]  # row 0: Σ_s H_pre[s] H_s (row 1 unused)
         out = as_dtype(branch(norm(u.view(stream.shape[:-2] + (d,)))), stream.dtype)

@@ -7,7 +7,7 @@ the keys/values that earlier sublayers produced for the same token t (the "depth
 pure PyTorch (no custom kernel): :func:`moda_attention` concatenates sequence scores ``[B, H, T, T_kv]`` and
 same-position depth scores ``[B, H, T, S]`` along the key axis and normalises them with one fp32 softmax (eager);
 :func:`moda_attention_sdpa` computes the same function through one fused SDPA call (sdpa, the default). The
-products with the per-token depth slots (memory-lean under autograd) are in ``depth_slots.py``.
+products with the per-token depth slots (memory-lean under autograd) are in ``moda_depth_slots.py``.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 from transformers.utils import logging
 
 from .configuration_depthbench import DepthBenchConfig
-from .depth_slots import _num_slots, depth_logits, depth_readout
 from .fast_path import inference_fast_path
 from .hf_compat import OutputRecorder, cache_update
+from .moda_depth_slots import depth_logits, depth_readout, num_slots
 from .modeling_depthbench import (
     Attention,
     Branch,
@@ -229,7 +229,7 @@ def moda_attention(
     scores = upcast(torch.matmul(q, key.unsqueeze(2).transpose(-1, -2))) * scaling
     if attention_mask is not None or t > 1:  # (a single unmasked query sees every key)
         scores = scores + additive_mask(attention_mask, t, kv_len, query.device).unsqueeze(2)  # [B|1,1,1,T,T_kv]
-    s = _num_slots(depth_keys)
+    s = num_slots(depth_keys)
     if s:
         depth_scores = upcast(depth_logits(q, depth_keys)) * (scaling * depth_scale)
         scores = torch.cat([scores, depth_scores], dim=-1)  # [B, H_kv, G, T, T_kv + S]
@@ -292,7 +292,7 @@ def moda_attention_sdpa(
     mask = None if causal or (attention_mask is None and t == 1) else additive_mask(
         attention_mask, t, kv_len, query.device, query.dtype
     )  # [B|1, 1, T, T_kv]
-    s = _num_slots(depth_keys)
+    s = num_slots(depth_keys)
     if s:
         extra = s + (-(hd + s)) % 8  # zero feature columns keep the width a multiple of 8 (fused GPU kernels)
         logits = depth_logits(query.view(b, hkv, g, t, hd), depth_keys).reshape(b, h, t, s)

@@ -37,7 +37,7 @@ def inv_rms(tensor: torch.Tensor, eps: float, keepdim: bool = False) -> torch.Te
     return torch.rsqrt(sq_norm / tensor.shape[-1] + eps)
 
 
-def _fast_inv_rms(source: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+def fast_inv_rms(source: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
     """:func:`inv_rms` without autograd in three aten calls (norm, fused ``eps + |v|^2 / d``, rsqrt); ``eps`` is a
     0-dim fp32 tensor on the source's device (AttnRes caches it: ``_MixerMixin._mix_constants``)."""
     norm = torch.linalg.vector_norm(source, dim=-1) if source.dtype in _WIDE_FLOATS else torch.linalg.vector_norm(

@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 from depthbench.modeling import modeling_attnres as ar
-from depthbench.modeling.depth_mix_paths import STACKED_MIX_MAX_TOKENS, _stacked_depth_mix
+from depthbench.modeling.attnres_depth_mix import STACKED_MIX_MAX_TOKENS, stacked_depth_mix
 from depthbench.modeling.numerics import inv_rms
 
 from depthbench.registry import build_config, get
@@ -176,7 +176,7 @@ def test_inference_mix_of_few_tokens_equals_the_autograd_mix(dtype):
             looped = ar.depth_mix(query, key_gain, sources, inv)
         with torch.no_grad():
             fast = ar.depth_mix(query, key_gain, sources, inv)
-        stacked = _stacked_depth_mix(query, key_gain, sources, inv)
+        stacked = stacked_depth_mix(query, key_gain, sources, inv)
         assert fast.dtype == looped.dtype == dtype
         tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
         torch.testing.assert_close(fast, looped, **tol)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from depthbench.modeling import modeling_hc, modeling_mhc
-from depthbench.modeling.sinkhorn import _sinkhorn, _sinkhorn_inference
+from depthbench.modeling.mhc_sinkhorn import sinkhorn_inference, sinkhorn_scaled
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.helpers import build_tiny, cache_of, left_pad, seeded_ids
@@ -115,9 +115,9 @@ def test_cached_decode_logits_match(arch, fields, batch, differentiable):
 
 
 def _cache_kwarg() -> str:
-    from depthbench.modeling.modeling_depthbench import _CACHE_FIELD
+    from depthbench.modeling.modeling_depthbench import CACHE_FIELD
 
-    return _CACHE_FIELD
+    return CACHE_FIELD
 
 
 @pytest.mark.parametrize("arch,fields", VARIANTS, ids=IDS)
@@ -179,11 +179,11 @@ def test_early_exit_sinkhorn_equals_full_iterations(std, gap):
     n = 4
     z = std * torch.randn(256, n, n, generator=torch.Generator().manual_seed(7))
     z = z + torch.full((n, n), -gap).fill_diagonal_(0.0)
-    full = _sinkhorn(z, 20).view(z.shape)  # the differentiable path's (and the training) iterations
+    full = sinkhorn_scaled(z, 20).view(z.shape)  # the differentiable path's (and the training) iterations
     with torch.no_grad():
         for batch in (z, z[:1], z[5:13]):  # the whole batch and decode-sized ones
-            fast = _sinkhorn_inference(batch.clone(), 20)
-            expected = full if batch is z else _sinkhorn(batch, 20).view(batch.shape)
+            fast = sinkhorn_inference(batch.clone(), 20)
+            expected = full if batch is z else sinkhorn_scaled(batch, 20).view(batch.shape)
             torch.testing.assert_close(fast, expected, rtol=0, atol=1e-6)
             torch.testing.assert_close(fast.sum(-1), torch.ones(len(batch), n), rtol=0, atol=1e-6)  # rows exact
 
@@ -197,6 +197,6 @@ def test_early_exit_sinkhorn_stops_once_converged():
     for z, calls in ((symmetric, 2), (slow, 2 * 20)):
         counter = _CountLogSoftmax()
         with torch.no_grad(), counter:
-            out = _sinkhorn_inference(z, 20)
+            out = sinkhorn_inference(z, 20)
         assert counter.calls == calls
-        torch.testing.assert_close(out, _sinkhorn(z, 20).view(z.shape), rtol=0, atol=1e-6)
+        torch.testing.assert_close(out, sinkhorn_scaled(z, 20).view(z.shape), rtol=0, atol=1e-6)

@@ -29,8 +29,8 @@ SHAPE = dict(
 )
 #: Per architecture, the fast-path function a no-autograd decode step must call (module, attribute).
 FAST_PATH = {
-    "attnres": (modeling_attnres, "_fast_inv_rms"),
-    "block_attnres": (modeling_attnres, "_fast_inv_rms"),
+    "attnres": (modeling_attnres, "fast_inv_rms"),
+    "block_attnres": (modeling_attnres, "fast_inv_rms"),
     "moda": (modeling_moda, "moda_single_query_attention"),
     "peri_ln": (norms.OutputRMSNorm, "_add_normed"),
 }

@@ -1,9 +1,9 @@
 """Memory-saving training paths and fast decoding paths of mHC, MoDA and KEEL compute the plain math.
 
 Each architecture keeps less for the backward pass than autograd would on its own (peak training memory):
-mHC recomputes its Sinkhorn iterations in backward (``modeling/sinkhorn.py``) and does not keep the [N, n+1, d]
+mHC recomputes its Sinkhorn iterations in backward (``modeling/mhc_sinkhorn.py``) and does not keep the [N, n+1, d]
 mixing product alive through the branch input (``modeling/modeling_hc.py``); MoDA's depth attention saves the depth
-slots rather than their per-block stacks (``modeling/depth_slots.py``); KEEL's output norm saves its input and
+slots rather than their per-block stacks (``modeling/moda_depth_slots.py``); KEEL's output norm saves its input and
 per-token scale rather than also the normalised copy (``OutputRMSNorm`` in ``modeling/norms.py``). Decoding skips
 autograd-only work (mHC) or runs the explicit-score attention math for a single query (MoDA). These tests check the
 gradients against plain float64 references written out here, that the saved tensors really are the smaller set,
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from depthbench.modeling.depth_slots import depth_logits, depth_readout
+from depthbench.modeling.mhc_sinkhorn import sinkhorn, sinkhorn_scaled
+from depthbench.modeling.moda_depth_slots import depth_logits, depth_readout
 from depthbench.modeling.modeling_mhc import MHCResidual
 from depthbench.modeling.norms import OutputRMSNorm, RMSNorm
-from depthbench.modeling.sinkhorn import _sinkhorn, sinkhorn
 
 from tests.helpers import random_ids, tiny_model
 
@@ -70,11 +70,11 @@ def test_sinkhorn_recompute_gradient_equals_unrolled_float64(std):
 
 def test_sinkhorn_saves_only_its_input_and_decodes_identically():
     z = torch.randn(2, 5, 4, 4).requires_grad_()
-    p, saved = _saved_storages(_sinkhorn, z, 20)
+    p, saved = _saved_storages(sinkhorn_scaled, z, 20)
     # one [n, n, N] tensor (the token-minor input), not 2 per iteration
     assert len(saved) == 1 and saved[0].shape == (4, 4, 10)
     with torch.no_grad():
-        assert torch.equal(_sinkhorn(z, 20), p)  # the decode path runs the very same kernels
+        assert torch.equal(sinkhorn_scaled(z, 20), p)  # the decode path runs the very same kernels
 
 
 def _reference_mhc(stream, r: MHCResidual, norm, branch):

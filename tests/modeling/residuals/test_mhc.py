@@ -9,8 +9,8 @@ import math
 
 import pytest
 import torch
+from depthbench.modeling.mhc_sinkhorn import sinkhorn
 from depthbench.modeling.modeling_mhc import MHCConfig, MHCResidual
-from depthbench.modeling.sinkhorn import sinkhorn
 
 from depthbench.registry import build_model
 from tests.helpers import build_tiny, seeded_ids

@@ -1,6 +1,6 @@
 """HC / mHC keep the n-stream input of every k-th sublayer only and rebuild the others in backward.
 
-``hc_keep_stream_every`` / ``mhc_keep_stream_every`` (``stream_saver`` in ``modeling/stream_memory.py``) change what
+``hc_keep_stream_every`` / ``mhc_keep_stream_every`` (``stream_saver`` in ``modeling/hc_stream_memory.py``) change what
 autograd keeps for the backward pass, never the math: losses and every parameter gradient must be bitwise those of
 ``keep_every = 1`` (which keeps every stream, the plain autograd path), for any k, under bf16 autocast too; the
 saving must be there (exact tensor bytes, :class:`depthbench.bench.tensor_peak.TensorPeak`); and the plain path must be
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from depthbench.modeling.stream_memory import StreamSaver, _RecomputedStream
+from depthbench.modeling.hc_stream_memory import RecomputedStream, StreamSaver
 
 from depthbench.bench.tensor_peak import TensorPeak
 from depthbench.registry import build_config
@@ -54,15 +54,15 @@ def _assert_bitwise(got, want):
 
 @pytest.fixture
 def rebuilds(monkeypatch):
-    """Counts the streams rebuilt in backward (calls of ``_RecomputedStream.get`` that compute)."""
+    """Counts the streams rebuilt in backward (calls of ``RecomputedStream.get`` that compute)."""
     count = {"n": 0}
-    get = _RecomputedStream.get
+    get = RecomputedStream.get
 
     def counted(self):
         count["n"] += self.value is None
         return get(self)
 
-    monkeypatch.setattr(_RecomputedStream, "get", counted)
+    monkeypatch.setattr(RecomputedStream, "get", counted)
     return count
 
 

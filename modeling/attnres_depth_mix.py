@@ -12,7 +12,7 @@ import torch
 from .numerics import as_dtype, upcast
 
 
-class _DepthMix(torch.autograd.Function):
+class DepthMix(torch.autograd.Function):
     """``sum_i softmax_i(r_i · inv_i) v_i`` with ``r_i = v_i · u``, and its hand-written backward.
 
     The same math autograd would differentiate through the per-source loop, with fewer passes over the [B, T, d]
@@ -61,7 +61,7 @@ class _DepthMix(torch.autograd.Function):
 STACKED_MIX_MAX_TOKENS = 128
 
 
-def _stacked_depth_mix(
+def stacked_depth_mix(
     query: torch.Tensor,
     key_gain: torch.Tensor,
     sources: list[torch.Tensor],

@@ -30,10 +30,10 @@ def sinkhorn(logits: torch.Tensor, num_iters: int, temperature: float = 1.0) -> 
         The fp32 matrices, entries >= 0, [..., n, n].
     """
     with full_precision(logits):
-        return _sinkhorn(upcast(logits) / temperature, num_iters).reshape(logits.shape)
+        return sinkhorn_scaled(upcast(logits) / temperature, num_iters).reshape(logits.shape)
 
 
-def _sinkhorn(z: torch.Tensor, num_iters: int) -> torch.Tensor:
+def sinkhorn_scaled(z: torch.Tensor, num_iters: int) -> torch.Tensor:
     """:func:`sinkhorn` on upcast, temperature-scaled logits [..., n, n]; returns [N, n, n] (N = leading dims).
 
     With autograd recording, :class:`SinkhornFunction` saves only its input and recomputes the iterations in the
@@ -54,7 +54,7 @@ def _sinkhorn(z: torch.Tensor, num_iters: int) -> torch.Tensor:
     return p.permute(2, 0, 1)
 
 
-#: Early exit of the no-autograd Sinkhorn (:func:`_sinkhorn_inference`): the largest |column sum - 1| at which the
+#: Early exit of the no-autograd Sinkhorn (:func:`sinkhorn_inference`): the largest |column sum - 1| at which the
 #: iterations count as converged, in ulps of 1 in the working dtype (fp32: 2^-21, the rounding of a sum of a few
 #: probabilities).
 SINKHORN_TOLERANCE_ULPS = 4
@@ -68,8 +68,8 @@ def _column_error(z: torch.Tensor) -> tuple[torch.Tensor, float]:
     return p, max(1.0 - float(low), float(high) - 1.0)
 
 
-def _sinkhorn_inference(z: torch.Tensor, num_iters: int) -> torch.Tensor:
-    """:func:`_sinkhorn` without autograd on logits [..., n, n] (fp32 or wider; column then row normalisation, log
+def sinkhorn_inference(z: torch.Tensor, num_iters: int) -> torch.Tensor:
+    """:func:`sinkhorn_scaled` without autograd on logits [..., n, n] (fp32 or wider; column then row normalisation, log
     domain), stopping early once the matrices are doubly stochastic to rounding: when every column of the
     probabilities sums to 1 within :data:`SINKHORN_TOLERANCE_ULPS` ulps after a round (rows are exact after each
     round), further rounds only repeat normalisations that change nothing beyond rounding, so the result equals the
@@ -81,7 +81,7 @@ def _sinkhorn_inference(z: torch.Tensor, num_iters: int) -> torch.Tensor:
     gaps) do not converge in 20 rounds and pay the two checks. The check reads probabilities, not
     log-probabilities, whose rounding (an ulp of |log p|) would hide the convergence of small entries. Returns the
     probabilities [..., n, n]. On an accelerator the check would cost a host synchronisation per sublayer (stalling
-    the kernel queue that decoding relies on), so there every round runs, as in :func:`_sinkhorn`."""
+    the kernel queue that decoding relies on), so there every round runs, as in :func:`sinkhorn_scaled`."""
     check, errors, tolerance = 1, [], SINKHORN_TOLERANCE_ULPS * torch.finfo(z.dtype).eps
     if z.device.type != "cpu":
         check = num_iters + 1  # never

@@ -83,7 +83,7 @@ def depth_readout(weights: torch.Tensor, depth_values: torch.Tensor | Sequence[t
     return (weights.transpose(2, 3) @ torch.stack(slots, dim=3)).transpose(2, 3)
 
 
-def _num_slots(depth_keys) -> int:
+def num_slots(depth_keys) -> int:
     if depth_keys is None:
         return 0
     return depth_keys.shape[3] if isinstance(depth_keys, torch.Tensor) else len(depth_keys)

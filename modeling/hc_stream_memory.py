@@ -28,7 +28,7 @@ class _KeptStream:
         return self.value
 
 
-class _RecomputedStream:
+class RecomputedStream:
     """A sublayer's input stream that autograd does not keep: the backward pass rebuilds it from the previous
     sublayer's stream (kept or itself rebuilt) with that sublayer's update ``H' = (W H)[1:] + depth · out``, the
     very kernels :func:`hyper_connection_update` ran in the forward pass (same inputs, same autocast state: bitwise
@@ -62,7 +62,7 @@ class _SavedStreamView:
 
     __slots__ = ("stream", "size", "stride", "offset")
 
-    def __init__(self, stream: _RecomputedStream, tensor: torch.Tensor):
+    def __init__(self, stream: RecomputedStream, tensor: torch.Tensor):
         self.stream, self.size, self.stride = stream, tensor.size(), tensor.stride()
         self.offset = tensor.storage_offset()
 
@@ -99,7 +99,7 @@ class StreamSaver:
     def record(self, new_stream: torch.Tensor, width: torch.Tensor, depth: torch.Tensor, out: torch.Tensor) -> None:
         """Tell the next sublayer how ``new_stream`` was made: ``(width @ H)[1:] + depth · out`` with ``H`` this
         sublayer's stream."""
-        new_stream._hc_lineage = _RecomputedStream(self.handle, width, depth, out, new_stream._version)
+        new_stream._hc_lineage = RecomputedStream(self.handle, width, depth, out, new_stream._version)
 
 
 class _StreamHooks(torch.autograd.graph.saved_tensors_hooks):
