@@ -29,6 +29,7 @@ from torch import nn
 
 from .attnres_depth_mix import STACKED_MIX_MAX_TOKENS, DepthMix, stacked_depth_mix
 from .configuration_depthbench import DepthBenchConfig
+from .depthbench_checkpointing import stream_checkpointing  # noqa: F401  (a direct import: see hf_compat.py)
 from .fast_path import derived_weights, inference_fast_path
 from .hf_compat import hf_init
 from .modeling_depthbench import (

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .configuration_depthbench import DepthBenchConfig
+from .depthbench_checkpointing import stream_checkpointing  # noqa: F401  (a direct import: see hf_compat.py)
 from .fast_path import derived_weights, inference_fast_path
 from .hc_stream_memory import StreamSaver, stream_saver
 from .hf_compat import hf_init

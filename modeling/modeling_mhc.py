@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .configuration_depthbench import DepthBenchConfig
+from .depthbench_checkpointing import stream_checkpointing  # noqa: F401  (a direct import: see hf_compat.py)
 from .fast_path import derived_weights, inference_fast_path
 from .hc_stream_memory import stream_saver
 from .hf_compat import hf_init

@@ -23,6 +23,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 from transformers.utils import logging
 
 from .configuration_depthbench import DepthBenchConfig
+from .depthbench_checkpointing import stream_checkpointing  # noqa: F401  (a direct import: see hf_compat.py)
 from .fast_path import inference_fast_path
 from .hf_compat import OutputRecorder, cache_update
 from .moda_depth_slots import depth_logits, depth_readout, num_slots
