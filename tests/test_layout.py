@@ -2,6 +2,8 @@
 command family), nothing imports the command line, no import cycles among the package's own modules (counting
 imports inside functions too, which Python only runs later but which still tie two modules together), and every
 module imports on its own in a fresh interpreter (nothing depends on another module having been imported first).
+In ``modeling/`` (remote code), no underscore name is used outside its file, and each helper file is named by its
+owner (``mhc_sinkhorn.py`` is mHC's).
 
 Run: ``python -m pytest tests/test_layout.py -q``
 """
@@ -185,3 +187,116 @@ def test_every_module_imports_on_its_own_in_a_fresh_interpreter():
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == f"ok {len(names)}"
+
+
+# ======================================================================================== modeling/ (remote code)
+MODELING = ROOTS["depthbench.modeling"]
+
+
+def _modeling_imports(path: Path, tree: ast.AST) -> list[tuple[str, ast.ImportFrom]]:
+    """``(sibling module, node)`` for every import of a ``modeling/`` module in ``path``: ``from .x import ...``
+    inside ``modeling/``, ``from depthbench.modeling.x import ...`` elsewhere."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level == 1 and path.parent == MODELING and node.module:
+            found.append((node.module, node))
+        elif node.level == 0 and (node.module or "").startswith("depthbench.modeling."):
+            found.append((node.module.split(".")[2], node))
+    return found
+
+
+def _private_modeling_imports(paths) -> list[str]:
+    """``file: module.name`` for every underscore name a file imports from a ``modeling/`` module other than its
+    own, or reads as an attribute of one (``from depthbench.modeling import m`` then ``m._x``)."""
+    found = []
+    for path in paths:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for module, node in _modeling_imports(path, tree):
+            found += [f"{path.name}: {module}.{a.name}" for a in node.names
+                      if a.name.startswith("_") and module != path.stem]
+        aliases = {a.asname or a.name: a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                   and ((node.level == 0 and node.module == "depthbench.modeling")
+                        or (node.level == 1 and node.module is None and path.parent == MODELING))
+                   for a in node.names}
+        found += [f"{path.name}: {aliases[n.value.id]}.{n.attr}" for n in ast.walk(tree)
+                  if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in aliases
+                  and n.attr.startswith("_") and not n.attr.startswith("__")]
+    return sorted(found)
+
+
+def test_no_private_name_crosses_modeling_files():
+    """A helper that another file imports (a sibling in ``modeling/``, the package or a test) is public."""
+    repo = MODELING.parent
+    paths = [*MODELING.glob("*.py"), *(repo / "src").rglob("*.py"), *(repo / "tests").rglob("*.py")]
+    assert len(paths) > 50
+    found = _private_modeling_imports(paths)
+    assert not found, "underscore names used outside their modeling file: " + "; ".join(found)
+
+
+def test_the_private_name_check_sees_a_private_import(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "MODELING", tmp_path)
+    (tmp_path / "modeling_a.py").write_text("from .numerics import _fast, upcast\nfrom . import norms\n"
+                                            "norms._inner(1)\n")
+    test = tmp_path / "test_a.py"
+    test.write_text("from depthbench.modeling.numerics import _fast\n")
+    assert _private_modeling_imports([tmp_path / "modeling_a.py", test]) == [
+        "modeling_a.py: norms._inner", "modeling_a.py: numerics._fast", "test_a.py: numerics._fast"]
+
+
+def _used_helpers(path: Path) -> set[str]:
+    """The ``modeling/`` helper modules whose names ``path`` uses (an import kept only so that transformers copies
+    the file with the checkpoint, ``# noqa: F401``, is not a use)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return {module for module, node in _modeling_imports(path, tree)
+            if any((a.asname or a.name) in loaded for a in node.names)}
+
+
+def _misnamed_helpers(folder: Path) -> list[str]:
+    """``file (why)`` for every helper file of ``folder`` (not ``modeling_*``, ``configuration_*``) whose name does
+    not say its owner. The owner is the one architecture file that uses it, or the one every other user builds on
+    (imports); such a helper is named ``<id>_*.py`` (``modeling_<id>.py``'s id). A helper only the backbone
+    (``modeling_depthbench.py``) uses is ``depthbench_*.py``; one that several architectures or the backbone share
+    carries no architecture's id."""
+    files = {p.stem: p for p in folder.glob("*.py") if p.stem != "__init__"}
+    archs = {stem[len("modeling_"):] for stem in files if stem.startswith("modeling_")} - {"depthbench"}
+    helpers = sorted(s for s in files if not s.startswith(("modeling_", "configuration_")))
+    users = {s: {u for u, p in files.items() if u != s and s in _used_helpers(p)} for s in helpers}
+    imports = {u: {m for m, _ in _modeling_imports(p, ast.parse(p.read_text(encoding="utf-8")))}
+               for u, p in files.items()}
+    problems = []
+    for helper in helpers:
+        prefix = helper.split("_")[0]
+        model_users = {u for u in users[helper] if u.startswith("modeling_")}
+        owners = [u for u in model_users if u != "modeling_depthbench"
+                  and all(u in imports[other] for other in model_users - {u})]
+        owner = owners[0][len("modeling_"):] if owners and users[helper] == model_users else None
+        if owner and not helper.startswith(owner + "_"):
+            problems.append(f"{helper}.py (used by modeling_{owner}.py only: name it {owner}_...)")
+        elif not owner and any(helper.startswith(a + "_") for a in archs):
+            problems.append(f"{helper}.py (shared by {', '.join(sorted(users[helper])) or 'nobody'}: no "
+                            "architecture's id)")
+        if prefix == "depthbench" and users[helper] != {"modeling_depthbench"}:
+            problems.append(f"{helper}.py (depthbench_ is for helpers only the backbone uses)")
+    return problems
+
+
+def test_modeling_helper_files_are_named_by_their_owner():
+    names = {p.name for p in MODELING.glob("*.py")}
+    assert {"mhc_sinkhorn.py", "hc_stream_memory.py", "depthbench_checkpointing.py", "norms.py"} <= names
+    assert _misnamed_helpers(MODELING) == []
+
+
+def test_the_owner_check_sees_a_misnamed_helper(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "MODELING", tmp_path)
+    (tmp_path / "modeling_depthbench.py").write_text("from .norms import n\nn\n")
+    (tmp_path / "modeling_hc.py").write_text("from .modeling_depthbench import x\nfrom .memory import m\nm\n")
+    (tmp_path / "modeling_mhc.py").write_text("from .modeling_hc import y\nfrom .memory import m\nm\n"
+                                              "from .mhc_norms import k  # noqa: F401\n")
+    (tmp_path / "modeling_pre_ln.py").write_text("from .norms import n\nfrom .mhc_norms import k\nn, k\n")
+    for name in ("norms.py", "memory.py", "mhc_norms.py"):
+        (tmp_path / name).write_text("")
+    assert _misnamed_helpers(tmp_path) == ["memory.py (used by modeling_hc.py only: name it hc_...)",
+                                           "mhc_norms.py (used by modeling_pre_ln.py only: name it pre_ln_...)"]
