@@ -258,7 +258,7 @@ class Checkpointer:
         if acc.is_main_process:
             from transformers.utils import logging as hf_logging
 
-            from depthbench.hub.cards import write_card
+            from depthbench.cards import write_card
 
             unwrapped = self.model_state.export_model() if self.model_state is not None else acc.unwrap_model(model)
             hf_logging.disable_progress_bar()
