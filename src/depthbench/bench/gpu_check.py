@@ -42,6 +42,7 @@ import torch
 
 from depthbench.bench.settings import REFERENCE, BenchSettings
 from depthbench.bench.summary import GPU_COMPILED_TARGETS, MFU_TARGET
+from depthbench.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 PARTS = ("mfu", "fsdp2", "decode", "ratios")
 ASSUMED_MFU = 0.4
@@ -371,9 +372,9 @@ def main(argv: list[str] | None = None) -> int:
         plan = _plan(args)
     except ValueError as exc:
         print(f"gpu_check: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     lines = run_check(plan)
-    return 1 if lines[-1]["errors"] else 0
+    return EXIT_FAILED if lines[-1]["errors"] else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -65,12 +65,6 @@ class RunStart:
 
 
 # ================================================================================================ changes
-def _dotted(tree: dict, key: str) -> Any:
-    for part in key.split("."):
-        tree = tree.get(part, {}) if isinstance(tree, dict) else {}
-    return tree
-
-
 def _leaves(tree: dict, prefix: str = "") -> dict[str, Any]:
     out = {}
     for key, value in tree.items():
