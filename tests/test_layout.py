@@ -227,3 +227,15 @@ def test_model_cards_are_rendered_by_one_module():
 def test_procfs_is_read_by_one_module():
     """``/proc`` is read by :mod:`depthbench.procfs` alone (the benchmark, the analyses and the lease import it)."""
     assert _modules_where(lambda node: _string(node, lambda s: s.startswith("/proc/"))) == {"depthbench.procfs"}
+
+
+def test_run_folder_file_names_are_spelled_once():
+    """The run folder's file names are :mod:`depthbench.runs` constants, the checkpoint's own names
+    :mod:`depthbench.training.checkpoint` constants: no other module spells them."""
+    from depthbench import runs
+    from depthbench.training import checkpoint
+
+    for owner, names in (("depthbench.runs", {runs.RUN_CONFIG, runs.SUMMARY, runs.METRICS, runs.FINAL_STAGING}),
+                         ("depthbench.training.checkpoint", {checkpoint.TRAINER_STATE})):
+        spelled = _modules_where(lambda node, names=names: _string(node, lambda s: s in names))
+        assert spelled == {owner}, f"{sorted(names)} spelled outside {owner}: {sorted(spelled - {owner})}"

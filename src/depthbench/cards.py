@@ -28,13 +28,12 @@ result comes from local copies or a subset (:mod:`depthbench.eval_records`).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from depthbench import atomic, eval_records
+from depthbench import atomic, eval_records, runs
 
 CARD_TEMPLATE = "depthbench_model_card.md"
 SFT_CARD_TEMPLATE = "sft_model_card.md"
@@ -65,20 +64,6 @@ def template_text(name: str = CARD_TEMPLATE) -> str:
     return resources.files("depthbench.model_cards").joinpath(name).read_text(encoding="utf-8")
 
 
-def read_metrics(run_dir: str) -> list[dict]:
-    """Rows of ``<run_dir>/metrics.jsonl`` (empty list if absent; a torn last line is skipped)."""
-    path = os.path.join(run_dir, "metrics.jsonl")
-    rows = []
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-    return rows
-
-
 def revision_step(revision: str | None) -> int | None:
     """The training step of a checkpoint branch ``step-NNNNNN`` (``None`` for ``main`` or no revision)."""
     match = re.fullmatch(r"step-(\d+)", revision or "")
@@ -95,9 +80,9 @@ def collect_inputs(export_dir: str, run_dir: str | None = None, step: int | None
     inputs = CardInputs(model_config=model_config, **extra)
     inputs.recorded = recorded_results(export_dir)
     if run_dir:
-        inputs.run_config = atomic.read_json(os.path.join(run_dir, "run_config.json"))
-        inputs.summary = atomic.read_json(os.path.join(run_dir, "summary.json"))
-        inputs.metrics = read_metrics(run_dir)
+        inputs.run_config = atomic.read_json(os.path.join(run_dir, runs.RUN_CONFIG))
+        inputs.summary = atomic.read_json(os.path.join(run_dir, runs.SUMMARY))
+        inputs.metrics = runs.read_metrics(run_dir)
         if step is not None:
             inputs.metrics = [r for r in inputs.metrics if r.get("step", 0) <= step]
             if (inputs.summary or {}).get("steps") != step:

@@ -69,16 +69,16 @@ class SweepPlan:
 def run_exports(run_dir: str, revisions: bool) -> list[tuple[str, str]]:
     """``[(branch, export dir)]``: ``main`` <- ``final/``, and with ``revisions`` ``step-NNNNNN`` <- each
     checkpoint's ``hf/`` export."""
-    final = os.path.join(run_dir, "final")
+    final = os.path.join(run_dir, runs.FINAL)
     if not os.path.isfile(os.path.join(final, "config.json")):
         raise PublishError(f"{run_dir} has no final/ export (final/config.json): only finished runs are published "
                            "(finish or resume the run first)")
     out = [("main", final)]
     if revisions:
-        for ckpt in sorted(glob.glob(os.path.join(run_dir, "checkpoints", "ckpt-*"))):
-            match = re.fullmatch(r"ckpt-(\d+)", os.path.basename(ckpt))
-            if match and os.path.isfile(os.path.join(ckpt, "hf", "config.json")):
-                out.append((f"step-{int(match[1]):06d}", os.path.join(ckpt, "hf")))
+        for ckpt in sorted(glob.glob(os.path.join(run_dir, runs.CHECKPOINTS, runs.CHECKPOINT_PREFIX + "*"))):
+            match = re.fullmatch(runs.CHECKPOINT_PREFIX + r"(\d+)", os.path.basename(ckpt))
+            if match and os.path.isfile(os.path.join(ckpt, runs.CHECKPOINT_EXPORT, "config.json")):
+                out.append((f"step-{int(match[1]):06d}", os.path.join(ckpt, runs.CHECKPOINT_EXPORT)))
     return out
 
 
@@ -95,7 +95,7 @@ def default_repo_for(source_dir: str, run_dir: str | None, org: str) -> str:
     arch = arch_for(config)
     shape = shape_table(arch, config)
     lr = None
-    run_config = atomic.read_json(os.path.join(run_dir, "run_config.json")) if run_dir else None
+    run_config = atomic.read_json(os.path.join(run_dir, runs.RUN_CONFIG)) if run_dir else None
     if run_config:
         lr = run_config.get("config", {}).get("optim", {}).get("lr")
     return default_repo_name(arch.id, shape["counts"]["total"], shape["L"], lr, org=org)
@@ -234,7 +234,7 @@ def publish_targets(path: str, repo: str | None, revisions: bool) -> list[tuple[
         if not targets:
             raise PublishError(f"sweep {path} has no finished run with a final/ export: nothing to publish")
         return targets
-    if os.path.isfile(os.path.join(path, "config.json")) and not os.path.isdir(os.path.join(path, "final")):
+    if os.path.isfile(os.path.join(path, "config.json")) and not os.path.isdir(os.path.join(path, runs.FINAL)):
         if revisions:
             raise PublishError("--revisions needs a training run folder (checkpoints/); this is a single HF folder")
         return [(path, None)]  # an HF folder (e.g. a depthbench convert output)
