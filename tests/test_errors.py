@@ -9,7 +9,7 @@ import pytest
 from depthbench.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, exit_code, run_command
 from depthbench.sweeps.runner import SweepRunFailed
 from depthbench.sweeps.spec import SweepError
-from depthbench.training.checkpoint import CheckpointError, CheckpointWriteError, NonFiniteLossError
+from depthbench.training.errors import CheckpointError, CheckpointWriteError, NonFiniteLossError
 
 
 @pytest.mark.parametrize("exc, code", [

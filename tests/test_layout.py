@@ -78,7 +78,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "data": {"core"},
     "hub": {"core"},
     "evaluation": {"core"},
-    "training": {"core", "data", "hub"},  # checkpoints and exports write model cards (depthbench.hub.cards)
+    "training": {"core", "data", "hub"},  # checkpoints and exports write model cards (depthbench.cards)
     "bench": {"core", "training", "data"},  # the trainer's compiled path; the GPU check's FSDP2 run prepares a corpus
     "analysis": {"core", "data", "bench"},  # the efficiency metric times blocks with the benchmark's clock
     "sweeps": {"core", "data", "training", "evaluation", "analysis", "hub"},  # released eval: catalogue, conversion
@@ -300,3 +300,57 @@ def test_the_owner_check_sees_a_misnamed_helper(tmp_path, monkeypatch):
         (tmp_path / name).write_text("")
     assert _misnamed_helpers(tmp_path) == ["memory.py (used by modeling_hc.py only: name it hc_...)",
                                            "mhc_norms.py (used by modeling_pre_ln.py only: name it pre_ln_...)"]
+
+
+# ================================================================================================ one owner each
+def _docstrings(tree: ast.AST) -> set[int]:
+    """``id`` of every docstring node of ``tree`` (prose about a file name or a call is not a use of it)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def _modules_where(predicate) -> set[str]:
+    """The package's modules whose code (docstrings aside) has a node for which ``predicate(node)`` holds."""
+    found = set()
+    for name, path in _modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skip = _docstrings(tree)
+        if any(predicate(node) for node in ast.walk(tree) if id(node) not in skip):
+            found.add(name)
+    return found
+
+
+def _string(node: ast.AST, test) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and test(node.value)
+
+
+def test_model_cards_are_rendered_by_one_module():
+    """Every card is a template of ``model_cards/`` filled by :mod:`depthbench.cards`: nothing else calls
+    ``ModelCard.from_template`` or passes an inline ``template_str``."""
+    def renders(node):
+        return (isinstance(node, ast.Attribute) and node.attr == "from_template") or (
+            isinstance(node, ast.keyword) and node.arg == "template_str")
+
+    assert _modules_where(renders) == {"depthbench.cards"}
+
+
+def test_procfs_is_read_by_one_module():
+    """``/proc`` is read by :mod:`depthbench.procfs` alone (the benchmark, the analyses and the lease import it)."""
+    assert _modules_where(lambda node: _string(node, lambda s: s.startswith("/proc/"))) == {"depthbench.procfs"}
+
+
+def test_run_folder_file_names_are_spelled_once():
+    """The run folder's file names are :mod:`depthbench.runs` constants, the checkpoint's own names
+    :mod:`depthbench.training.checkpoint` constants: no other module spells them."""
+    from depthbench import runs
+    from depthbench.training import checkpoint
+
+    for owner, names in (("depthbench.runs", {runs.RUN_CONFIG, runs.SUMMARY, runs.METRICS, runs.FINAL_STAGING}),
+                         ("depthbench.training.checkpoint", {checkpoint.TRAINER_STATE})):
+        spelled = _modules_where(lambda node, names=names: _string(node, lambda s: s in names))
+        assert spelled == {owner}, f"{sorted(names)} spelled outside {owner}: {sorted(spelled - {owner})}"

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 import depthbench
+from depthbench.cards import CARD_TEMPLATE
 from depthbench.config import SHIPPED_RUN_FILES, load_run_config, read_config_file, shipped_run_file
 from depthbench.evaluation.harness import tasks_dir
-from depthbench.hub.cards import CARD_TEMPLATE
 
 REPO = Path(__file__).resolve().parents[1]
 

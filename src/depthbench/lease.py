@@ -45,6 +45,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from depthbench import procfs
 from depthbench.errors import BadInput
 
 LEASE_NAME = "writer.lease"
@@ -71,45 +72,22 @@ class LeaseHeld(BadInput, RuntimeError):
 
 
 # ================================================================================================ identity
-def _read_text(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state, start time in clock ticks since boot) of ``pid`` from ``/proc`` (``None``: no such process/no /proc)."""
-    text = _read_text(f"/proc/{pid}/stat")
-    if not text:
-        return None
-    fields = text[text.rfind(")") + 2:].split()
-    return fields[0], int(fields[19])
-
-
-def _pid_ns() -> str | None:
-    with contextlib.suppress(OSError):
-        return os.readlink("/proc/self/ns/pid")
-    return None
-
-
 def identity(what: str, heartbeat: float = HEARTBEAT_S) -> dict:
     """This process's lease record: who, where, since when, and a fresh token."""
-    stat = _proc_stat(os.getpid())
+    stat = procfs.proc_stat(os.getpid())
     now = time.time()
     return {"host": socket.gethostname(), "pid": os.getpid(), "since": now,
             "since_text": time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(now)),
             "token": secrets.token_hex(16), "what": what, "command": " ".join(sys.argv)[:300],
-            "heartbeat_s": heartbeat, "boot_id": _read_text("/proc/sys/kernel/random/boot_id"),
-            "pid_ns": _pid_ns(), "start_ticks": stat[1] if stat else None}
+            "heartbeat_s": heartbeat, "boot_id": procfs.boot_id(),
+            "pid_ns": procfs.pid_namespace(), "start_ticks": stat[1] if stat else None}
 
 
 def _same_machine(holder: dict) -> bool:
     """Whether the holder's pid can be checked here: same host name, boot and pid namespace."""
     return (holder.get("host") == socket.gethostname()
-            and holder.get("boot_id") == _read_text("/proc/sys/kernel/random/boot_id")
-            and holder.get("pid_ns") == _pid_ns())
+            and holder.get("boot_id") == procfs.boot_id()
+            and holder.get("pid_ns") == procfs.pid_namespace())
 
 
 def _pid_alive(pid: int, start_ticks: int | None) -> bool:
@@ -119,7 +97,7 @@ def _pid_alive(pid: int, start_ticks: int | None) -> bool:
         return False
     except PermissionError:
         pass  # it exists, as another user's process
-    stat = _proc_stat(pid)
+    stat = procfs.proc_stat(pid)
     if stat is None:
         return True  # no /proc: os.kill is all we know
     state, started = stat

@@ -1,8 +1,21 @@
 """Run folders, sweep folders and run ids: the one owner of their layout, shared by every command that reads them.
 
-A run folder (``depthbench train -o RUN``)::
+A run folder (``depthbench train -o RUN``; the one description of it, other docstrings point here)::
 
-    run_config.json  metrics.jsonl  summary.json  checkpoints/  final/ (HF export of the finished model)
+    run_config.json          {"config": RunConfig as dict, "resolved": world size, accumulation, steps, model config,
+                             "history": one entry per resume with the settings it changed}
+    metrics.jsonl            one JSON object per logged step: step, tokens, train/loss, train/lr, train/grad_norm,
+                             perf/tokens_per_s, perf/mfu, eval/<split>/loss, layer_stats/block_XX/...
+    checkpoints/latest       name of the newest complete checkpoint (replaced atomically)
+    checkpoints/ckpt-000100/ state/ (accelerate save_state: model, optimizer, scheduler, RNG; FSDP2: model and
+                             optimizer sharded in state/dcp/), hf/ (HF export + tokenizer + README.md model card),
+                             trainer_state.json (step, tokens, data-loader position, file manifest); the
+                             checkpoint's own names are in ``depthbench.training.checkpoint``
+    final/                   HF export of the finished model (AutoModelForCausalLM.from_pretrained(final)),
+                             staged in final.tmp/ while it is written
+    summary.json             the dict returned by ``depthbench.training.train``
+    tensorboard/             with track.tensorboard=true
+    writer.lease             while a process trains here: who holds the folder (``depthbench.lease``)
 
 A sweep folder (``depthbench sweep --out SWEEP``)::
 
@@ -17,6 +30,7 @@ Everything here reads and writes plain files; nothing imports torch.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -27,7 +41,13 @@ from depthbench.report_page import write_report_page
 
 SUMMARY = "summary.json"
 RUN_CONFIG = "run_config.json"
+METRICS = "metrics.jsonl"
+CHECKPOINTS = "checkpoints"
+CHECKPOINT_PREFIX = "ckpt-"  # checkpoints/ckpt-NNNNNN (the step, 6 digits)
+CHECKPOINT_EXPORT = "hf"  # checkpoints/ckpt-NNNNNN/hf: the checkpoint's HF export (published as branch step-NNNNNN)
 FINAL = "final"
+FINAL_STAGING = "final.tmp"
+TENSORBOARD = "tensorboard"
 SWEEP_DEFINITION = "sweep.json"
 RUNS = "runs"
 REPORT = "report.md"
@@ -72,6 +92,20 @@ class RunId:
 
 
 # ================================================================================================ run folders
+def read_metrics(run_dir: str) -> list[dict]:
+    """Rows of ``<run_dir>/metrics.jsonl`` (empty list if absent; a torn last line is skipped)."""
+    path = os.path.join(run_dir, METRICS)
+    rows = []
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+    return rows
+
+
 def read_summary(run_dir: str) -> dict[str, Any] | None:
     """``summary.json`` of a run folder (``None`` when the run has not written one)."""
     summary = atomic.read_json(os.path.join(run_dir, SUMMARY))

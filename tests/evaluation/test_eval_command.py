@@ -111,7 +111,7 @@ def test_rebuilt_card_keeps_recorded_results(evaluated, tmp_path):
     ``depthbench eval`` recorded in it."""
     from huggingface_hub import ModelCard
 
-    from depthbench.hub.cards import card_files, write_card
+    from depthbench.cards import card_files, write_card
 
     export = tmp_path / "export"
     shutil.copytree(evaluated, export)

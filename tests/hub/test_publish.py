@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from depthbench.cards import write_card
 from depthbench.config import load_run_config
 from depthbench.hub import publish as pub
-from depthbench.hub.cards import write_card
 from depthbench.training.trainer import train
 from tests.helpers import TINY_FIELDS, make_train_data
 from tests.hub.hub_server import HubServer
@@ -252,7 +252,7 @@ def branch_files(hub: HubServer, repo: str) -> dict[str, dict[str, bytes]]:
 @pytest.fixture()
 def cached_cards(monkeypatch):
     """Cards rendered once per (export, branch): the fault tests publish the same run dozens of times."""
-    from depthbench.hub import cards
+    from depthbench import cards
 
     real, cache = cards.card_files, {}
 
@@ -386,7 +386,7 @@ def test_a_repository_name_the_hub_rejects_is_refused_locally_in_dry_runs_too(ti
 
 # ================================================================================================ card contents
 def test_budget_labels_have_two_significant_digits_below_100m_and_one_up_to_1b():
-    from depthbench.hub.names import format_budget
+    from depthbench.repo_names import format_budget
 
     # hand-rounded: docs/hub.md's rule (one significant digit from 100M to 1B, two otherwise)
     cases = {266_816: "270K", 2_040_000: "2M", 20_100_000: "20M", 405_400_000: "400M", 1_615_300_000: "1.6B",
@@ -398,7 +398,7 @@ def test_card_size_label_matches_the_repository_name(tiny_run):
     from huggingface_hub import ModelCard
     from transformers import AutoModelForCausalLM
 
-    from depthbench.hub.cards import card_files
+    from depthbench.cards import card_files
 
     repo = pub.default_repo_for(str(tiny_run / "final"), str(tiny_run), ORG)
     label = repo.split("-llama-")[1].split("-")[0]
@@ -412,7 +412,7 @@ def test_card_says_what_loading_needs_and_names_the_data_without_local_paths(tin
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     import depthbench
-    from depthbench.hub.cards import card_files
+    from depthbench.cards import card_files
 
     card = ModelCard(card_files(str(tiny_run / "final"), str(tiny_run), f"{ORG}/x")["README.md"].decode())
     assert card.data.datasets == ["data"]  # the prepared folder's name (the corpus came from local files)
@@ -433,7 +433,7 @@ def test_card_names_a_hub_dataset_by_its_id(tiny_run, tmp_path):
 
     from huggingface_hub import ModelCard
 
-    from depthbench.hub.cards import card_files
+    from depthbench.cards import card_files
 
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run, symlinks=True)
@@ -455,7 +455,7 @@ def test_a_step_branch_card_reports_that_step_not_the_final_model(tiny_run):
     the finished run's final losses, and its model-index too."""
     from huggingface_hub import ModelCard
 
-    from depthbench.hub.cards import card_files
+    from depthbench.cards import card_files
 
     rows = [json.loads(line) for line in (tiny_run / "metrics.jsonl").read_text().splitlines()]
     train2 = next(r["train/loss"] for r in rows if r["step"] == 2 and "train/loss" in r)

@@ -18,9 +18,9 @@ import re
 import pytest
 
 from depthbench.cli import main
-from depthbench.hub.names import parse_repo_name
 from depthbench.hub.released import Catalogue, CatalogueError, load_published, published_loss, published_nll
 from depthbench.registry import ARCHITECTURES
+from depthbench.repo_names import parse_repo_name
 from tests.helpers import REPO_ROOT
 
 # The study's README, "Checkpoints" (tier | shapes | architectures), and its final steps.

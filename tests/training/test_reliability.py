@@ -26,7 +26,7 @@ from depthbench.errors import exit_code
 from depthbench.model_config import resolve_model_config
 from depthbench.training import checkpoint
 from depthbench.training import run as run_mod
-from depthbench.training.checkpoint import CheckpointError, CheckpointWriteError, NonFiniteLossError
+from depthbench.training.errors import CheckpointError, CheckpointWriteError, NonFiniteLossError
 from depthbench.training.optim import lr_lambda
 from depthbench.training.trainer import train
 from tests.helpers import TINY_FIELDS, make_train_data

@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 from depthbench.config import RunConfigError, load_run_config
 from depthbench.training import checkpoint as checkpoint_mod
-from depthbench.training.checkpoint import CheckpointError
+from depthbench.training.errors import CheckpointError
 from depthbench.training.trainer import train
 from tests.helpers import TINY_FIELDS, make_train_data
 

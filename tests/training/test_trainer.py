@@ -19,7 +19,7 @@ import depthbench
 from depthbench.config import RunConfigError, load_run_config
 from depthbench.registry import build_model
 from depthbench.training import run as run_mod
-from depthbench.training.checkpoint import NonFiniteLossError
+from depthbench.training.errors import NonFiniteLossError
 from depthbench.training.optim import lr_lambda, param_groups
 from depthbench.training.trainer import train
 from tests.helpers import TINY_FIELDS, make_train_data

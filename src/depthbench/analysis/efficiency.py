@@ -80,7 +80,7 @@ def measure(model, seq_len: int) -> dict:
             out["peak_bytes_per_token"] = (torch.cuda.max_memory_allocated() - base) / seq_len
             out["peak_method"] = "cuda max_memory_allocated"
         else:
-            from depthbench.bench.memory import proc_status_kb, reset_peak_rss
+            from depthbench.procfs import proc_status_kb, reset_peak_rss
 
             if reset_peak_rss():
                 before = proc_status_kb("VmRSS")

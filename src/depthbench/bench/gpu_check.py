@@ -40,8 +40,12 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from depthbench import atomic, runs
 from depthbench.bench.settings import REFERENCE, BenchSettings
 from depthbench.bench.summary import GPU_COMPILED_TARGETS, MFU_TARGET
+from depthbench.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from depthbench.training import checkpoint
+from depthbench.training.model_state import SHARDED_DIR
 
 PARTS = ("mfu", "fsdp2", "decode", "ratios")
 ASSUMED_MFU = 0.4
@@ -216,8 +220,7 @@ def _fsdp2_runs(plan: Plan, root: str) -> tuple[dict, dict]:
 
 
 def _losses(out: str) -> dict[int, float]:
-    with open(os.path.join(out, "metrics.jsonl"), encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = runs.read_metrics(out)
     return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
 
 
@@ -231,10 +234,9 @@ def check_fsdp2(report: Report) -> None:
     with tempfile.TemporaryDirectory() as root:
         full, resumed = _fsdp2_runs(plan, root)
         a, b = _losses(full["output_dir"]), _losses(resumed["output_dir"])
-        with open(os.path.join(resumed["output_dir"], "run_config.json"), encoding="utf-8") as f:
-            resolved = json.load(f)["resolved"]
-        sharded = os.path.isfile(os.path.join(resumed["output_dir"], "checkpoints", "ckpt-000002", "state", "dcp",
-                                              ".metadata"))
+        resolved = atomic.read_json(os.path.join(resumed["output_dir"], runs.RUN_CONFIG))["resolved"]
+        step2 = os.path.join(resumed["output_dir"], runs.CHECKPOINTS, f"{runs.CHECKPOINT_PREFIX}000002")
+        sharded = os.path.isfile(os.path.join(step2, checkpoint.STATE, SHARDED_DIR, ".metadata"))
     diff = max(abs(a[s] - b[s]) for s in a) if sorted(a) == sorted(b) else float("inf")
     tolerance = 1e-3 if plan.device != "cpu" else 1e-5  # GPU kernels (attention backward) may be nondeterministic
     report.emit(check="fsdp2", shape=plan.fsdp_shape, world_size=resolved["world_size"],
@@ -371,9 +373,9 @@ def main(argv: list[str] | None = None) -> int:
         plan = _plan(args)
     except ValueError as exc:
         print(f"gpu_check: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     lines = run_check(plan)
-    return 1 if lines[-1]["errors"] else 0
+    return EXIT_FAILED if lines[-1]["errors"] else EXIT_OK
 
 
 if __name__ == "__main__":

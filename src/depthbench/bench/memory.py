@@ -27,28 +27,7 @@ from depthbench.bench.models import build_models
 from depthbench.bench.settings import BenchSettings
 from depthbench.bench.tensor_peak import TensorPeak
 from depthbench.bench.timing import Trainer, random_batch
-
-
-def proc_status_kb(key: str) -> int | None:
-    """Field ``key`` (``VmRSS``, ``VmHWM``, ...) of ``/proc/self/status`` in KiB; ``None`` without ``/proc``."""
-    try:
-        with open("/proc/self/status") as handle:
-            for line in handle:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def reset_peak_rss() -> bool:
-    """Reset the kernel's peak-RSS mark (VmHWM) to the current RSS (Linux >= 4.0); False if unavailable."""
-    try:
-        with open("/proc/self/clear_refs", "w") as handle:
-            handle.write("5")
-        return proc_status_kb("VmHWM") is not None
-    except OSError:
-        return False
+from depthbench.procfs import proc_status_kb, reset_peak_rss
 
 
 def _release_free_memory() -> None:

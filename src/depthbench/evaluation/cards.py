@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from depthbench import eval_records
+from depthbench.cards import evaluated_card
 from depthbench.eval_records import LM_EVAL_URL
 from depthbench.evaluation.results import metric_rows
 
@@ -83,18 +84,15 @@ def record_in_model_card(card_path: str | os.PathLike, results: dict[str, Any], 
     """Write ``results`` into the ``model-index`` of the model card at ``card_path`` (``README.md``) with
     huggingface_hub's ``ModelCard``/``EvalResult`` (:func:`eval_results_for_card`): entries for the same task and
     metric are replaced, all other card content and entries are kept; a missing card is created with a minimal
-    body."""
-    from huggingface_hub import ModelCard, ModelCardData
+    body (:func:`depthbench.cards.evaluated_card`)."""
+    from huggingface_hub import ModelCard
 
     path = Path(card_path)
     new = eval_results_for_card(results, task_dir=task_dir)
     if path.is_file():
         card = ModelCard.load(path)
     else:
-        card = ModelCard.from_template(
-            ModelCardData(library_name="transformers", pipeline_tag="text-generation"),
-            template_str="---\n{{ card_data }}\n---\n\n# {{ model_name }}\n\nEvaluated with `depthbench eval`.\n",
-            model_name=model_name)
+        card = evaluated_card(model_name)
     keys = {(e.dataset_name, e.metric_type) for e in new}
     kept = [e for e in (card.data.eval_results or []) if (e.dataset_name, e.metric_type) not in keys]
     card.data.eval_results = kept + new

@@ -174,7 +174,7 @@ def _output_dir(target: str, model_id: str, out_dir: str | os.PathLike | None, l
 def _card_name(model_id: str) -> str:
     """The model's name in its card: the folder's name (the run's, for a run's ``final/`` export)."""
     path = Path(model_id).resolve()
-    return path.parent.name if Path(model_id).name == "final" else path.name
+    return path.parent.name if Path(model_id).name == runs.FINAL else path.name
 
 
 def _evaluate_task(lm, manager, name: str, limit: float | None, data_dir: str | None) -> dict[str, Any]:

@@ -14,9 +14,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-NLL_METRICS = ("nll", "ppl", "bits_per_byte", "target_tokens", "target_bytes")
-"""Metrics every ``depthbench_nll_*`` task reports (``,none`` filter)."""
-
 PRIMARY_METRICS = ("nll", "ppl", "bits_per_byte", "acc", "acc_norm", "exact_match")
 """Metrics shown in ``results.md`` and written to the model card, in this order, when a task reports them."""
 

@@ -1,7 +1,5 @@
 """The Hugging Face Hub side of depthbench, one module per concern.
 
-* :mod:`depthbench.hub.names`: the ``aspect-ratio-scaling`` organisation's repository names, both ways;
-* :mod:`depthbench.hub.cards`: model cards (``model_cards/`` template, huggingface_hub ``ModelCard``);
 * :mod:`depthbench.hub.publish`: ``depthbench publish`` (runs, revisions as branches, sweeps as collections);
 * :mod:`depthbench.hub.convert`: ``depthbench convert`` and :func:`depthbench.from_released` (the study's
   OLMo-core checkpoints -> depthbench's HF format): key mapping, the converted model, atomic output, the cache;
@@ -13,5 +11,6 @@
 * :mod:`depthbench.hub.readout`: the HC / native-mHC readout decided from evidence (loss on a built-in sample);
 * :mod:`depthbench.hub.export_llama`: ``depthbench export-llama`` (``pre_ln`` -> stock ``LlamaForCausalLM``).
 
-Heavy imports (torch, transformers, huggingface_hub) happen inside the functions.
+Repository names (:mod:`depthbench.repo_names`) and model cards (:mod:`depthbench.cards`) sit below the families
+(training's exports write cards too). Heavy imports (torch, transformers, huggingface_hub) happen inside the functions.
 """

@@ -226,8 +226,8 @@ def _save(folder: str, model, tokenizer_dir: str | None, record: dict, notes: li
     import torch
     from transformers import GenerationConfig
 
-    from depthbench.hub.cards import write_card
-    from depthbench.hub.names import converted_repo_name
+    from depthbench.cards import write_card
+    from depthbench.repo_names import converted_repo_name
 
     config = model.config
     model.generation_config = GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,

@@ -31,9 +31,9 @@ def llama_config_for(config):
     from transformers import LlamaConfig
 
     if config.model_type != "depthbench_pre_ln":
-        from depthbench.hub.cards import _arch_for
+        from depthbench.cards import arch_for
 
-        arch = _arch_for(config.to_dict())
+        arch = arch_for(config.to_dict())
         raise ValueError(f"export-llama only exports pre_ln models; this is {arch.id} ({arch.description}), whose "
                          "residual wiring is not Llama's: a LlamaForCausalLM would silently compute a different "
                          "model. Publish it with its remote code instead (depthbench publish).")

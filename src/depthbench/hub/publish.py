@@ -6,11 +6,11 @@
     depthbench publish converted/preln-L24 --dry-run                 # a `depthbench convert` output (NAME-hf)
 
 * **What goes where.** A run's ``final/`` export goes to ``main`` with a freshly rendered model card
-  (:mod:`depthbench.hub.cards`; the run folder is never written to). With ``--revisions`` every checkpoint export
+  (:mod:`depthbench.cards`; the run folder is never written to). With ``--revisions`` every checkpoint export
   (``checkpoints/ckpt-NNNNNN/hf``) goes to the branch ``step-NNNNNN``, so
   ``from_pretrained(repo, revision="step-001000")`` loads that step (the convention of Pythia, arXiv 2304.01373).
 * **Names.** The default repository follows the organisation's convention
-  ``aspect-ratio-scaling/<arch>-lr<peak lr>-llama-<budget>-L<depth>-pretrain`` (:mod:`depthbench.hub.names`);
+  ``aspect-ratio-scaling/<arch>-lr<peak lr>-llama-<budget>-L<depth>-pretrain`` (:mod:`depthbench.repo_names`);
   a converted release is re-published as ``<name>-hf``.
 * **Only what changed.** Each branch's remote files are listed first (git blob sha1 for regular files, sha256 for
   LFS/xet ones); one commit per branch adds the changed files and deletes stale ones, and an unchanged branch makes
@@ -69,33 +69,33 @@ class SweepPlan:
 def run_exports(run_dir: str, revisions: bool) -> list[tuple[str, str]]:
     """``[(branch, export dir)]``: ``main`` <- ``final/``, and with ``revisions`` ``step-NNNNNN`` <- each
     checkpoint's ``hf/`` export."""
-    final = os.path.join(run_dir, "final")
+    final = os.path.join(run_dir, runs.FINAL)
     if not os.path.isfile(os.path.join(final, "config.json")):
         raise PublishError(f"{run_dir} has no final/ export (final/config.json): only finished runs are published "
                            "(finish or resume the run first)")
     out = [("main", final)]
     if revisions:
-        for ckpt in sorted(glob.glob(os.path.join(run_dir, "checkpoints", "ckpt-*"))):
-            match = re.fullmatch(r"ckpt-(\d+)", os.path.basename(ckpt))
-            if match and os.path.isfile(os.path.join(ckpt, "hf", "config.json")):
-                out.append((f"step-{int(match[1]):06d}", os.path.join(ckpt, "hf")))
+        for ckpt in sorted(glob.glob(os.path.join(run_dir, runs.CHECKPOINTS, runs.CHECKPOINT_PREFIX + "*"))):
+            match = re.fullmatch(runs.CHECKPOINT_PREFIX + r"(\d+)", os.path.basename(ckpt))
+            if match and os.path.isfile(os.path.join(ckpt, runs.CHECKPOINT_EXPORT, "config.json")):
+                out.append((f"step-{int(match[1]):06d}", os.path.join(ckpt, runs.CHECKPOINT_EXPORT)))
     return out
 
 
 def default_repo_for(source_dir: str, run_dir: str | None, org: str) -> str:
     """The organisation's name for a run (from its config, parameter count, depth and LR) or a converted model."""
-    from depthbench.hub.names import converted_repo_name, default_repo_name
+    from depthbench.repo_names import converted_repo_name, default_repo_name
 
     record = atomic.read_json(os.path.join(source_dir, CONVERSION_RECORD))
     if record:
         return converted_repo_name(record["source_repo"], org)
     config = atomic.read_json(os.path.join(source_dir, "config.json")) or {}
-    from depthbench.hub.cards import _arch_for, _shape
+    from depthbench.cards import arch_for, shape_table
 
-    arch = _arch_for(config)
-    shape = _shape(arch, config)
+    arch = arch_for(config)
+    shape = shape_table(arch, config)
     lr = None
-    run_config = atomic.read_json(os.path.join(run_dir, "run_config.json")) if run_dir else None
+    run_config = atomic.read_json(os.path.join(run_dir, runs.RUN_CONFIG)) if run_dir else None
     if run_config:
         lr = run_config.get("config", {}).get("optim", {}).get("lr")
     return default_repo_name(arch.id, shape["counts"]["total"], shape["L"], lr, org=org)
@@ -167,7 +167,7 @@ def check_repo_id(repo_id: str, what: str) -> None:
 def plan_repo(api, source_dir: str, run_dir: str | None, repo_id: str, revisions: bool, lm_eval: dict | None,
               read_remote: bool = True) -> RepoPlan:
     """The upload plan of one run (or converted model) ``source_dir`` into ``repo_id``."""
-    from depthbench.hub.cards import card_files
+    from depthbench.cards import card_files
 
     exports = run_exports(run_dir, revisions) if run_dir else [("main", source_dir)]
     plan = RepoPlan(repo_id, source_dir, run_dir)
@@ -234,7 +234,7 @@ def publish_targets(path: str, repo: str | None, revisions: bool) -> list[tuple[
         if not targets:
             raise PublishError(f"sweep {path} has no finished run with a final/ export: nothing to publish")
         return targets
-    if os.path.isfile(os.path.join(path, "config.json")) and not os.path.isdir(os.path.join(path, "final")):
+    if os.path.isfile(os.path.join(path, "config.json")) and not os.path.isdir(os.path.join(path, runs.FINAL)):
         if revisions:
             raise PublishError("--revisions needs a training run folder (checkpoints/); this is a single HF folder")
         return [(path, None)]  # an HF folder (e.g. a depthbench convert output)
@@ -282,7 +282,7 @@ def publish(path: str, repo: str | None = None, private: bool = False, revisions
 
     from huggingface_hub import HfApi
 
-    from depthbench.hub.names import ORG
+    from depthbench.repo_names import ORG
 
     out = out or sys.stdout
     api = api or HfApi()

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from depthbench.hub.names import REPO_ARCH_NAMES, format_lr
 from depthbench.registry import ARCHITECTURES
+from depthbench.repo_names import REPO_ARCH_NAMES, format_lr
 
 CATALOGUE_FILE = "released_catalogue.json"
 PUBLISHED_FILE = "published_figures.json"

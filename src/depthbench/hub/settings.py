@@ -38,7 +38,7 @@ DEFAULT_CONTEXT = 2048
 def identify_architecture(model_cfg: dict, repo_name: str | None = None, arch: str | None = None) -> tuple[str, dict]:
     """``(registry id, settings read from the repository name)``: ``arch`` if given, else ``model.block.name``
     (:data:`~depthbench.hub.translators.BLOCK_NAMES`) refined by the block's settings, else the repository name."""
-    from depthbench.hub.names import parse_repo_name
+    from depthbench.repo_names import parse_repo_name
 
     block = block_of(model_cfg)
     name_settings = {}

@@ -156,7 +156,7 @@ def train_point(base: dict[str, Any], overrides: list[str], log: Callable[..., N
     """Train one point in this process; returns its status (``finished``, ``diverged`` or ``stopped``)."""
     # imported here: the trainer loads torch and accelerate (import cost: `depthbench sweep --emit slurm` and
     # `--launcher accelerate` never train in this process)
-    from depthbench.training.checkpoint import CheckpointError, NonFiniteLossError, TrainingError
+    from depthbench.training.errors import CheckpointError, NonFiniteLossError, TrainingError
     from depthbench.training.trainer import train
 
     try:

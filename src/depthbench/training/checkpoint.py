@@ -1,48 +1,30 @@
-"""Checkpoints of ``depthbench train``: the one owner of their on-disk layout.
-
-    checkpoints/latest       name of the newest complete checkpoint (replaced atomically)
-    checkpoints/ckpt-000100/ state/ (accelerate save_state: model, optimizer, scheduler, RNG; under FSDP2 the model
-                             and optimizer are in state/dcp/, sharded: depthbench.training.model_state), hf/ (HF
-                             export + tokenizer + README.md model card), trainer_state.json (step, tokens,
-                             data-loader position, file manifest)
+"""Checkpoints of ``depthbench train``: the one owner of their on-disk layout (``checkpoints/`` of the run folder,
+described in :mod:`depthbench.runs`; the names inside a checkpoint are the constants here).
 
 Owned here: :class:`TrainerState` (what ``trainer_state.json`` stores), :class:`Checkpointer` (atomic save,
 verified load, pruning, HF export), :func:`find_resume_checkpoint` (``latest`` or the newest complete one) and
-:func:`latest_trainer_state` (the newest checkpoint's state of a run folder, read without loading anything). The
-errors of a training run (:class:`TrainingError` and its kinds) are declared here too.
+:func:`latest_trainer_state` (the newest checkpoint's state of a run folder, read without loading anything).
 """
 
 from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from depthbench import atomic
+from depthbench import atomic, runs
 from depthbench.data.tokenizers import TOKENIZER_CONFIG, finalize_tokenizer_config
-from depthbench.errors import BadInput, Failed
+from depthbench.training.errors import CheckpointError, CheckpointWriteError
 
-
-class TrainingError(Failed, RuntimeError):
-    """Training cannot continue (the message says why and what to do; exit code 1)."""
-
-
-class NonFiniteLossError(TrainingError):
-    """The training loss became NaN/inf; the run stopped and kept its last good checkpoint."""
-
-
-class CheckpointError(BadInput, TrainingError):
-    """A checkpoint is missing, incomplete or corrupt (the message names the file; exit code 2: bad input)."""
-
-
-class CheckpointWriteError(TrainingError):
-    """A checkpoint or export could not be written (disk full, read-only); the message names the last good
-    checkpoint and how to resume."""
+#: The checkpoint's own names, read by the checkpointer alone (the folder names other commands read too, such as
+#: ``ckpt-NNNNNN`` and its ``hf`` export, are in :mod:`depthbench.runs`).
+TRAINER_STATE = "trainer_state.json"
+LATEST = "latest"
+STATE = "state"
 
 
 @dataclass
@@ -57,21 +39,38 @@ class TrainerState:
     train_time_s: float = 0.0  # summed over sessions
 
 
+def read_trainer_state(path: str) -> dict[str, Any]:
+    """``trainer_state.json`` of checkpoint folder ``path`` (the one reader of it), as a dict.
+
+    Raises:
+        CheckpointError: The file is missing, unreadable, not JSON or not an object (the message names it).
+    """
+    state_file = os.path.join(path, TRAINER_STATE)
+    try:
+        record = atomic.read_json(state_file)
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint {path} is incomplete or corrupt: cannot read {state_file}: {exc}") from exc
+    if not isinstance(record, dict):
+        what = "it is missing" if record is None else "it holds no JSON object"
+        raise CheckpointError(f"checkpoint {path} is incomplete or corrupt: cannot read {state_file}: {what}")
+    return record
+
+
 def checkpoint_names(root: str) -> list[str]:
     """Names of the finished (renamed) checkpoint folders under ``root``, oldest first."""
     if not os.path.isdir(root):
         return []
-    return sorted(n for n in os.listdir(root) if re.fullmatch(r"ckpt-\d+", n) and os.path.isdir(os.path.join(root, n)))
+    return sorted(n for n in os.listdir(root)
+                  if re.fullmatch(runs.CHECKPOINT_PREFIX + r"\d+", n) and os.path.isdir(os.path.join(root, n)))
 
 
 def is_complete(path: str) -> bool:
     """Whether checkpoint folder ``path`` is complete: ``trainer_state.json`` (written last) parses and every file
     of its manifest exists with the recorded size (the hashes are checked by :meth:`Checkpointer.load`)."""
     try:
-        with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as f:
-            manifest = json.load(f)["manifest"]
+        manifest = read_trainer_state(path)["manifest"]
         return all(os.path.getsize(os.path.join(path, rel)) == entry["bytes"] for rel, entry in manifest.items())
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, CheckpointError):
         return False
 
 
@@ -90,12 +89,12 @@ def find_resume_checkpoint(root: str, *, log=None) -> str | None:
     for name in reversed(names):
         if is_complete(os.path.join(root, name)):
             if log:
-                log(f"{os.path.join(root, 'latest')} is missing: resuming from {os.path.join(root, name)}, the newest "
+                log(f"{os.path.join(root, LATEST)} is missing: resuming from {os.path.join(root, name)}, the newest "
                     f"complete checkpoint found by scanning {root} ({len(names)} checkpoint folder(s))")
             return os.path.join(root, name)
     if names:
         raise CheckpointError(
-            f"{os.path.join(root, 'latest')} is missing and none of the checkpoint folders in {root} "
+            f"{os.path.join(root, LATEST)} is missing and none of the checkpoint folders in {root} "
             f"({', '.join(names)}) "
             "is complete (trainer_state.json with its manifest); refusing to start fresh over them: restore the "
             "folder, or pass --overwrite to start over")
@@ -105,16 +104,14 @@ def find_resume_checkpoint(root: str, *, log=None) -> str | None:
 def latest_trainer_state(run_dir: str) -> dict[str, Any] | None:
     """``trainer_state.json`` of the newest complete checkpoint of ``run_dir`` as a dict (``None`` when there is
     none or it cannot be read); reads files only, loads no model."""
-    root = os.path.join(run_dir, "checkpoints")
+    root = os.path.join(run_dir, runs.CHECKPOINTS)
     try:
         path = find_resume_checkpoint(root)
         if path is None:
             return None
-        with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as f:
-            state = json.load(f)
-    except (OSError, json.JSONDecodeError, CheckpointError):
+        return read_trainer_state(path)
+    except (OSError, CheckpointError):
         return None
-    return state if isinstance(state, dict) else None
 
 
 def _is_write_failure(exc: BaseException) -> bool:
@@ -164,7 +161,7 @@ class Checkpointer:
 
     @staticmethod
     def read_latest(root: str) -> str | None:
-        pointer = os.path.join(root, "latest")
+        pointer = os.path.join(root, LATEST)
         if not os.path.exists(pointer):
             return None
         with open(pointer, encoding="utf-8") as f:
@@ -180,7 +177,7 @@ class Checkpointer:
     def save(self, state: TrainerState, model, tokenizer_dir: str | None, hf_export: bool = True) -> str:
         """Write checkpoint ``ckpt-<step>`` atomically; a failed write (disk full, read-only) removes the partial copy
         and raises :class:`CheckpointWriteError` naming the last good checkpoint and the resume command."""
-        name = f"ckpt-{state.step:06d}"
+        name = f"{runs.CHECKPOINT_PREFIX}{state.step:06d}"
         try:
             return self._save(name, state, model, tokenizer_dir, hf_export)
         except Exception as exc:
@@ -202,7 +199,7 @@ class Checkpointer:
             return "No checkpoint of this run was written; free space and start it again."
         return (f"The last good checkpoint is {latest}; free space (or lower checkpoint.keep_last, or set "
                 f"checkpoint.hf_export=false) and continue with: depthbench train -c "
-                f"{os.path.join(out, 'run_config.json')} --resume")
+                f"{os.path.join(out, runs.RUN_CONFIG)} --resume")
 
     def _save(self, name: str, state: TrainerState, model, tokenizer_dir: str | None, hf_export: bool) -> str:
         acc = self.acc
@@ -215,11 +212,11 @@ class Checkpointer:
             os.makedirs(tmp)
         acc.wait_for_everyone()
         if self.model_state is not None:
-            self.model_state.save(os.path.join(tmp, "state"))
+            self.model_state.save(os.path.join(tmp, STATE))
         else:
-            acc.save_state(os.path.join(tmp, "state"))
+            acc.save_state(os.path.join(tmp, STATE))
         if hf_export:
-            self._save_hf(os.path.join(tmp, "hf"), model, tokenizer_dir)
+            self._save_hf(os.path.join(tmp, runs.CHECKPOINT_EXPORT), model, tokenizer_dir)
         acc.wait_for_everyone()
         if acc.is_main_process:
             manifest = {}
@@ -233,18 +230,19 @@ class Checkpointer:
                         entry["sha256"] = sha256_file(path)
                     manifest[os.path.relpath(path, tmp)] = entry
                 atomic.fsync_dir(dirpath)
-            atomic.write_json(os.path.join(tmp, "trainer_state.json"), {**asdict(state), "manifest": manifest})
+            atomic.write_json(os.path.join(tmp, TRAINER_STATE), {**asdict(state), "manifest": manifest})
             if os.path.exists(final):  # re-saving the same step (e.g. stopped right after a resume)
                 shutil.rmtree(final)
             os.replace(tmp, final)
             atomic.fsync_dir(self.root)
-            atomic.write_text(os.path.join(self.root, "latest"), name)
+            atomic.write_text(os.path.join(self.root, LATEST), name)
             self._prune(keep=name)
         acc.wait_for_everyone()
         return final
 
     def _prune(self, keep: str) -> None:
-        names = sorted(n for n in os.listdir(self.root) if n.startswith("ckpt-") and not n.endswith(".tmp"))
+        names = sorted(n for n in os.listdir(self.root)
+                       if n.startswith(runs.CHECKPOINT_PREFIX) and not n.endswith(".tmp"))
         for old in names[:-self.keep_last]:
             if old != keep:
                 shutil.rmtree(os.path.join(self.root, old), ignore_errors=True)
@@ -258,7 +256,7 @@ class Checkpointer:
         if acc.is_main_process:
             from transformers.utils import logging as hf_logging
 
-            from depthbench.hub.cards import write_card
+            from depthbench.cards import write_card
 
             unwrapped = self.model_state.export_model() if self.model_state is not None else acc.unwrap_model(model)
             hf_logging.disable_progress_bar()
@@ -298,13 +296,8 @@ class Checkpointer:
 
     def load(self, path: str) -> TrainerState:
         """Verify ``path`` against its manifest and load it into the accelerator; returns the trainer state."""
-        state_file = os.path.join(path, "trainer_state.json")
-        try:
-            with open(state_file, encoding="utf-8") as f:
-                record = json.load(f)
-        except (OSError, json.JSONDecodeError) as exc:
-            raise CheckpointError(
-                f"checkpoint {path} is incomplete or corrupt: cannot read {state_file}: {exc}") from exc
+        state_file = os.path.join(path, TRAINER_STATE)
+        record = read_trainer_state(path)
         for rel, entry in record.pop("manifest", {}).items():
             file = os.path.join(path, rel)
             if not os.path.isfile(file):
@@ -316,9 +309,9 @@ class Checkpointer:
                 raise CheckpointError(f"checkpoint file {file} is corrupt: sha256 differs from {state_file}")
         try:
             if self.model_state is not None:
-                self.model_state.load(os.path.join(path, "state"))
+                self.model_state.load(os.path.join(path, STATE))
             else:
-                self.acc.load_state(os.path.join(path, "state"))
+                self.acc.load_state(os.path.join(path, STATE))
         except Exception as exc:  # noqa: BLE001 - re-raised with the checkpoint named
             raise CheckpointError(f"cannot load checkpoint {path}/state: {type(exc).__name__}: {exc}") from exc
         known = {f for f in TrainerState.__dataclass_fields__}

@@ -18,7 +18,8 @@ from depthbench import atomic, registry, runs
 from depthbench.config import RunConfig, RunConfigError
 from depthbench.data import TokenShards, TokenWindows, WindowLoader, verify_data
 from depthbench.model_config import resolve_model_config
-from depthbench.training.checkpoint import Checkpointer, NonFiniteLossError, TrainerState, TrainingError
+from depthbench.training.checkpoint import Checkpointer, TrainerState
+from depthbench.training.errors import NonFiniteLossError, TrainingError
 from depthbench.training.layer_stats import LayerStats
 from depthbench.training.metrics import (
     StepMetrics,
@@ -31,13 +32,17 @@ from depthbench.training.metrics import (
 )
 from depthbench.training.model_state import ModelState
 from depthbench.training.optim import lr_lambda, param_groups
-from depthbench.training.run_folder import agree, prepare_output_dir
+from depthbench.training.run_folder import agree, apply_resume_changes, prepare_output_dir
 from depthbench.training.sharding import Fsdp2, accelerate_fsdp_off, requested
 
 
 def forward_loss(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy of one micro-batch (a module-level function so tests can inject NaNs)."""
     return model(input_ids=input_ids, labels=input_ids, use_cache=False).loss
+
+
+def _say(msg: str) -> None:
+    print(f"depthbench train: {msg}", file=sys.stderr)
 
 
 class Run:
@@ -164,7 +169,7 @@ class Run:
         """A fresh trainer state or the resumed checkpoint's (model, optimizer, schedule, RNG, data position), then
         the run folder's records (``metrics.jsonl`` cut to the resumed step, ``run_config.json``)."""
         cfg, acc = self.cfg, self.accelerator
-        self.checkpoints = Checkpointer(os.path.join(cfg.output_dir, "checkpoints"), acc, cfg.checkpoint.keep_last,
+        self.checkpoints = Checkpointer(os.path.join(cfg.output_dir, runs.CHECKPOINTS), acc, cfg.checkpoint.keep_last,
                                         cfg.checkpoint.hash_files,
                                         ModelState(acc, self.model, self.optimizer, sharded=self.fsdp is not None))
         self.state = TrainerState()
@@ -174,11 +179,13 @@ class Run:
             # optimizer-step boundary, so counting from 0 is right for any micro-batch size / world size
             acc.step = 0
             self.loader.load_state_dict(self.state.loader)
-            self.apply_resume_changes()
-        self.metrics_path = os.path.join(cfg.output_dir, "metrics.jsonl")
+            apply_resume_changes(self.start, self.optimizer, self.scheduler, lr=self.cfg.optim.lr,
+                                 max_steps=self.max_steps, warmup=self.warmup, step=self.state.step,
+                                 say=_say if self.main else None)
+        self.metrics_path = os.path.join(cfg.output_dir, runs.METRICS)
         if self.main:
             truncate_metrics(self.metrics_path, self.state.step)
-            atomic.write_json(os.path.join(cfg.output_dir, "run_config.json"), self.run_config_record())
+            atomic.write_json(os.path.join(cfg.output_dir, runs.RUN_CONFIG), self.run_config_record())
 
     def check_data(self) -> None:
         """Verify the shards' content against meta.json (``data.verify``; on the main process, every rank stops on
@@ -195,35 +202,6 @@ class Run:
             except (ValueError, OSError) as exc:
                 error = exc
         agree(acc, error)
-
-    def apply_resume_changes(self) -> None:
-        """Apply what may change on resume (a new ``optim.lr`` rescales the schedule's base LRs; a new
-        ``train.max_steps`` recomputes the LR of the current step) and say what changes."""
-        changes = self.start.changes
-        old_max = (self.start.resolved or {}).get("max_steps")
-        lr_changed = "optim.lr" in changes
-        if lr_changed:
-            ratio = self.cfg.optim.lr / changes["optim.lr"][0]
-            self.scheduler.base_lrs = [b * ratio for b in self.scheduler.base_lrs]
-            for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
-                group["initial_lr"] = base
-        if lr_changed or (old_max is not None and old_max != self.max_steps):
-            factor = self.scheduler.lr_lambdas[0](self.scheduler.last_epoch)
-            for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
-                group["lr"] = base * factor
-            self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
-        if not self.main:
-            return
-        say = lambda msg: print(f"depthbench train: {msg}", file=sys.stderr)  # noqa: E731
-        if changes:
-            listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
-            say(f"resuming at step {self.state.step} with changed settings: {listed} (recorded in run_config.json "
-                "history)")
-        if old_max is not None and old_max != self.max_steps:
-            old_warmup = (self.start.resolved or {}).get("warmup_steps")
-            say(f"the run length changes from {old_max} to {self.max_steps} steps: the LR schedule changes from step "
-                f"{self.state.step + 1} on (warmup {old_warmup} -> {self.warmup} steps, cosine decay now ends at step "
-                f"{self.max_steps}); the result equals neither a {old_max}- nor a {self.max_steps}-step run")
 
     def run_config_record(self) -> dict:
         import transformers
@@ -355,11 +333,11 @@ class Run:
         where = f"the last good checkpoint is {latest}" if latest else "no checkpoint was written before it"
         summary = self.summary("diverged", time.perf_counter() - self.t_start, [], None)
         if self.main:
-            atomic.write_json(os.path.join(self.cfg.output_dir, "summary.json"), summary)
+            atomic.write_json(os.path.join(self.cfg.output_dir, runs.SUMMARY), summary)
         raise NonFiniteLossError(
             f"non-finite training loss ({loss}) at step {step}: stopping; {where}. Check the data, or continue from "
             f"the checkpoint with a lower learning rate: depthbench train -c "
-            f"{os.path.join(self.cfg.output_dir, 'run_config.json')} --resume optim.lr=<lower>")
+            f"{os.path.join(self.cfg.output_dir, runs.RUN_CONFIG)} --resume optim.lr=<lower>")
 
     # ------------------------------------------------------------------------------------------------ finish
     def finished_summary(self) -> dict | None:
@@ -379,13 +357,13 @@ class Run:
         acc = self.accelerator
         final_dir = None
         if status == "finished":
-            final_dir = os.path.join(self.cfg.output_dir, "final")
+            final_dir = os.path.join(self.cfg.output_dir, runs.FINAL)
             self.checkpoints.export_hf(final_dir, self.model, self.shards.tokenizer_dir)
         summary = self.summary(status, session_time, timings, final_dir)
         if signal_name:
             summary["stopped_by"] = signal_name
         if self.main:
-            atomic.write_json(os.path.join(self.cfg.output_dir, "summary.json"), summary)
+            atomic.write_json(os.path.join(self.cfg.output_dir, runs.SUMMARY), summary)
         for tracker in acc.trackers:  # not acc.end_training(): it destroys the process group (train() may run again)
             tracker.finish()
         acc.wait_for_everyone()

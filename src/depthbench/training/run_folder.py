@@ -1,8 +1,9 @@
 """The run folder of ``depthbench train``: a fresh start, a resume or a refusal, decided before anything is written.
 
 :func:`prepare_output_dir` decides; :data:`IDENTITY_KEYS` are the settings a resume may not change (each with the
-reason), :data:`SAFE_ON_RESUME` the ones it may. The folder's layout is described in ``depthbench.training.trainer``,
-checkpoints in ``depthbench.training.checkpoint``.
+reason), :data:`SAFE_ON_RESUME` the ones it may, and :func:`apply_resume_changes` applies those to the resumed
+optimizer and schedule. The folder's layout is described in :mod:`depthbench.runs`,
+checkpoints in :mod:`depthbench.training.checkpoint`.
 
 One writer per run folder: before deciding anything the main process takes the folder's lease
 (``depthbench.lease``: ``writer.lease``, refreshed while the run trains, released when ``train()`` returns or
@@ -19,9 +20,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from depthbench import atomic, lease
+from depthbench import atomic, lease, runs
 from depthbench.config import RunConfig, RunConfigError
-from depthbench.training.checkpoint import CheckpointError, TrainingError, checkpoint_names, find_resume_checkpoint
+from depthbench.training.checkpoint import checkpoint_names, find_resume_checkpoint
+from depthbench.training.errors import CheckpointError, TrainingError
 
 #: Keys of the run config that define a run, with the reason a resume may not change them (refused with it).
 IDENTITY_KEYS = {
@@ -65,10 +67,34 @@ class RunStart:
 
 
 # ================================================================================================ changes
-def _dotted(tree: dict, key: str) -> Any:
-    for part in key.split("."):
-        tree = tree.get(part, {}) if isinstance(tree, dict) else {}
-    return tree
+def apply_resume_changes(start: RunStart, optimizer, scheduler, *, lr: float, max_steps: int, warmup: int,
+                         step: int, say=None) -> None:
+    """Apply to the resumed optimizer and LR schedule what :data:`SAFE_ON_RESUME` let change (a new ``optim.lr``
+    rescales the schedule's base LRs; a new ``train.max_steps`` recomputes the LR of the current step) and say
+    through ``say`` (the main process only) what changes."""
+    changes = start.changes
+    old_max = (start.resolved or {}).get("max_steps")
+    lr_changed = "optim.lr" in changes
+    if lr_changed:
+        ratio = lr / changes["optim.lr"][0]
+        scheduler.base_lrs = [b * ratio for b in scheduler.base_lrs]
+        for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
+            group["initial_lr"] = base
+    if lr_changed or (old_max is not None and old_max != max_steps):
+        factor = scheduler.lr_lambdas[0](scheduler.last_epoch)
+        for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
+            group["lr"] = base * factor
+        scheduler._last_lr = [g["lr"] for g in optimizer.param_groups]
+    if say is None:
+        return
+    if changes:
+        listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
+        say(f"resuming at step {step} with changed settings: {listed} (recorded in run_config.json history)")
+    if old_max is not None and old_max != max_steps:
+        old_warmup = (start.resolved or {}).get("warmup_steps")
+        say(f"the run length changes from {old_max} to {max_steps} steps: the LR schedule changes from step "
+            f"{step + 1} on (warmup {old_warmup} -> {warmup} steps, cosine decay now ends at step "
+            f"{max_steps}); the result equals neither a {old_max}- nor a {max_steps}-step run")
 
 
 def _leaves(tree: dict, prefix: str = "") -> dict[str, Any]:
@@ -99,17 +125,17 @@ def config_changes(previous: dict, current: dict) -> dict[str, list]:
 # ================================================================================================ start or resume
 def _holds_work(out: str) -> bool:
     """Whether run folder ``out`` holds anything a fresh start would lose (checkpoints, metrics, results)."""
-    metrics = os.path.join(out, "metrics.jsonl")
-    return bool(checkpoint_names(os.path.join(out, "checkpoints"))
-                or os.path.exists(os.path.join(out, "summary.json")) or os.path.isdir(os.path.join(out, "final"))
+    metrics = os.path.join(out, runs.METRICS)
+    return bool(checkpoint_names(os.path.join(out, runs.CHECKPOINTS))
+                or os.path.exists(os.path.join(out, runs.SUMMARY)) or os.path.isdir(os.path.join(out, runs.FINAL))
                 or (os.path.exists(metrics) and os.path.getsize(metrics) > 0))
 
 
 def _check_writable(out: str) -> None:
     """Create ``out`` (and ``out/checkpoints``) and write a probe file there, or raise a clear error."""
     try:
-        os.makedirs(os.path.join(out, "checkpoints"), exist_ok=True)
-        for folder in (out, os.path.join(out, "checkpoints")):
+        os.makedirs(os.path.join(out, runs.CHECKPOINTS), exist_ok=True)
+        for folder in (out, os.path.join(out, runs.CHECKPOINTS)):
             probe = os.path.join(folder, f".write-probe-{os.getpid()}")
             with open(probe, "wb") as f:
                 f.write(b"ok")
@@ -167,8 +193,8 @@ def prepare_output_dir(cfg: RunConfig, acc, log=None) -> RunStart:
     """
     out = cfg.output_dir
     log = log or (lambda msg: print(f"depthbench train: {msg}", file=sys.stderr))
-    record_path = os.path.join(out, "run_config.json")
-    ckpt_root = os.path.join(out, "checkpoints")
+    record_path = os.path.join(out, runs.RUN_CONFIG)
+    ckpt_root = os.path.join(out, runs.CHECKPOINTS)
     start, error = RunStart(), None
     created = [] if os.path.isdir(ckpt_root) else [ckpt_root]
     try:
@@ -214,9 +240,9 @@ def prepare_output_dir(cfg: RunConfig, acc, log=None) -> RunStart:
         release_output_dir(out)  # also removes out/ when the lease created it and it is empty
     agree(acc, error)
     if acc.is_main_process and cfg.overwrite and start.checkpoint is None:
-        for name in ("checkpoints", "final", "final.tmp", "tensorboard"):
+        for name in (runs.CHECKPOINTS, runs.FINAL, runs.FINAL_STAGING, runs.TENSORBOARD):
             shutil.rmtree(os.path.join(out, name), ignore_errors=True)
-        for name in ("metrics.jsonl", "summary.json", "run_config.json"):
+        for name in (runs.METRICS, runs.SUMMARY, runs.RUN_CONFIG):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(out, name))
     acc.wait_for_everyone()

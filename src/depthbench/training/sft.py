@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from depthbench import atomic
+from depthbench import atomic, cards
 
 PREAMBLE = ("Below is an instruction that describes a task. "
             "Write a response that appropriately completes the request.")
@@ -209,28 +209,6 @@ def tokenize_rows(ds, tokenizer, max_seq_len: int, name_row=None):
     return ds.map(encode, with_indices=True, remove_columns=ds.column_names, desc="tokenizing")
 
 
-# ============================================================================================ model card
-def write_sft_card(out_dir: str | os.PathLike, base_model: str, data: str, summary: dict[str, Any]) -> Path:
-    """A model card (huggingface_hub ``ModelCard``) for the fine-tuned folder naming its base model and data."""
-    from huggingface_hub import ModelCard, ModelCardData
-
-    base = str(Path(base_model).resolve()) if Path(base_model).exists() else base_model
-    data_card = ModelCardData(library_name="transformers", pipeline_tag="text-generation", base_model=None
-                              if Path(base_model).exists() else base_model,
-                              datasets=[data] if not Path(data).exists() else None, tags=["depthbench", "sft"],
-                              model_name=Path(out_dir).resolve().name)
-    body = ("---\n{{ card_data }}\n---\n\n# {{ model_name }}\n\nSupervised fine-tune of `{{ base }}` with "
-            "`depthbench sft` (the DepthBench study's Commonsense170K recipe, arXiv 2609.32534 Sec. 6.4) on "
-            "`{{ data }}`: {{ rows }} rows, {{ epochs }} epoch(s), {{ steps }} optimizer steps, final training loss "
-            "{{ loss }}.\n\nSettings: `sft_config.json`; loss history: `sft_summary.json`.\n")
-    card = ModelCard.from_template(data_card, template_str=body, model_name=data_card.model_name, base=base,
-                                   data=data, rows=summary.get("rows"), epochs=summary.get("epochs"),
-                                   steps=summary.get("steps"), loss=summary.get("final_train_loss"))
-    path = Path(out_dir) / "README.md"
-    card.save(str(path))
-    return path
-
-
 # ============================================================================================ training
 def run_sft(cfg: SFTConfig, log=print) -> dict[str, Any]:
     """Fine-tune ``cfg.checkpoint`` on ``cfg.data`` and save a checkpoint into ``cfg.output_dir``; returns the
@@ -275,7 +253,7 @@ def run_sft(cfg: SFTConfig, log=print) -> dict[str, Any]:
     }
     atomic.write_json(str(out / "sft_config.json"), asdict(cfg))
     atomic.write_json(str(out / "sft_summary.json"), summary)
-    write_sft_card(out, model_id, cfg.data, summary)
+    cards.write_sft_card(out, model_id, cfg.data, summary)
     log(f"sft: {summary['steps']} steps in {wall:.1f}s, final loss {summary['final_train_loss']:.4f}; saved to {out}")
     return summary
 

@@ -29,19 +29,7 @@ finishes the current step, one checkpoint is written by all, status "stopped", e
 ``checkpoints/latest`` (or the newest complete checkpoint when the pointer is missing), also with another number of
 processes or micro-batch size. What exactly is guaranteed: the README's "Safety and reliability" section.
 
-Run directory (``output_dir``)::
-
-    run_config.json          {"config": RunConfig as dict, "resolved": world size, accumulation, steps, model config}
-    metrics.jsonl            one JSON object per logged step: step, tokens, train/loss, train/lr, train/grad_norm,
-                             perf/tokens_per_s, perf/mfu, eval/<split>/loss, layer_stats/block_XX/...
-    checkpoints/latest       name of the newest complete checkpoint (replaced atomically)
-    checkpoints/ckpt-000100/ state/ (accelerate save_state: model, optimizer, scheduler, RNG; FSDP2: model and
-                             optimizer sharded in state/dcp/), hf/ (HF export + tokenizer), trainer_state.json
-                             (step, tokens, data-loader position, file manifest)
-    final/                   HF export of the finished model (AutoModelForCausalLM.from_pretrained(final))
-    summary.json             the dict returned by train()
-    tensorboard/             with track.tensorboard=true
-    writer.lease             while a process trains here: who holds the folder (depthbench.lease)
+The run folder (``output_dir``) and its files: :mod:`depthbench.runs`.
 
 Recipe (the study's pretraining recipe): AdamW (0.9, 0.95), eps 1e-8, weight decay 0.1 except norm gains, biases
 and each architecture's ``no_decay`` parameters (static mixing, pseudo-queries; the reference code decayed all of

@@ -57,7 +57,7 @@ def select_targets(catalogue: Catalogue, *, archs: list[str] | None = None, size
 
 
 def _target_from_name(catalogue: Catalogue, repo: str, step: int | None, seed: int) -> Target:
-    from depthbench.hub.names import ORG, parse_repo_name
+    from depthbench.repo_names import ORG, parse_repo_name
     from depthbench.shapes import GRIDS
 
     repo = repo if "/" in repo else f"{ORG}/{repo}"

@@ -1,4 +1,9 @@
-"""Model cards: fill ``model_cards/depthbench_model_card.md`` for an HF export and write its ``README.md``.
+"""Model cards: every card depthbench writes is one of the Jinja templates of ``model_cards/``, filled here.
+
+* ``depthbench_model_card.md``: the card of an HF export (:func:`write_card`, :func:`card_files`);
+* ``sft_model_card.md``: the card of a ``depthbench sft`` output folder (:func:`write_sft_card`);
+* ``evaluated_model_card.md``: the card ``depthbench eval`` starts for a model folder that has none
+  (:func:`evaluated_card`; :mod:`depthbench.evaluation.cards` then records the results in it).
 
 Every HF export depthbench writes carries a card (the checkpointer calls :func:`write_card`; ``depthbench publish``
 re-renders it with the finished run's summary; ``depthbench convert`` names the source checkpoint). The card is
@@ -17,20 +22,22 @@ to that step), a loss-curve PNG from ``metrics.jsonl``, optional lm-eval results
 those ``depthbench eval`` recorded as ``model-index`` entries and the "Evaluation results" table, which say when a
 result comes from local copies or a subset (:mod:`depthbench.eval_records`).
 
-    from depthbench.hub.cards import write_card
+    from depthbench.cards import write_card
     write_card("runs/hc/final", run_dir="runs/hc", repo_id="aspect-ratio-scaling/hc-lr3e-3-llama-2M-L4-pretrain")
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from depthbench import atomic, eval_records
+from depthbench import atomic, eval_records, runs
 
 CARD_TEMPLATE = "depthbench_model_card.md"
+SFT_CARD_TEMPLATE = "sft_model_card.md"
+EVALUATED_CARD_TEMPLATE = "evaluated_model_card.md"
 LOSS_CURVE = "loss_curve.png"
 LICENSE = "apache-2.0"
 STUDY_ARXIV = "2609.32534"
@@ -50,25 +57,11 @@ class CardInputs:
     recorded: list = field(default_factory=list)  # EvalResult rows already in the export's card (depthbench eval)
 
 
-def template_text() -> str:
-    """The Jinja card template shipped in ``model_cards/`` (installed as ``depthbench.model_cards``)."""
+def template_text(name: str = CARD_TEMPLATE) -> str:
+    """The Jinja card template ``name`` shipped in ``model_cards/`` (installed as ``depthbench.model_cards``)."""
     from importlib import resources
 
-    return resources.files("depthbench.model_cards").joinpath(CARD_TEMPLATE).read_text(encoding="utf-8")
-
-
-def read_metrics(run_dir: str) -> list[dict]:
-    """Rows of ``<run_dir>/metrics.jsonl`` (empty list if absent; a torn last line is skipped)."""
-    path = os.path.join(run_dir, "metrics.jsonl")
-    rows = []
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-    return rows
+    return resources.files("depthbench.model_cards").joinpath(name).read_text(encoding="utf-8")
 
 
 def revision_step(revision: str | None) -> int | None:
@@ -87,9 +80,9 @@ def collect_inputs(export_dir: str, run_dir: str | None = None, step: int | None
     inputs = CardInputs(model_config=model_config, **extra)
     inputs.recorded = recorded_results(export_dir)
     if run_dir:
-        inputs.run_config = atomic.read_json(os.path.join(run_dir, "run_config.json"))
-        inputs.summary = atomic.read_json(os.path.join(run_dir, "summary.json"))
-        inputs.metrics = read_metrics(run_dir)
+        inputs.run_config = atomic.read_json(os.path.join(run_dir, runs.RUN_CONFIG))
+        inputs.summary = atomic.read_json(os.path.join(run_dir, runs.SUMMARY))
+        inputs.metrics = runs.read_metrics(run_dir)
         if step is not None:
             inputs.metrics = [r for r in inputs.metrics if r.get("step", 0) <= step]
             if (inputs.summary or {}).get("steps") != step:
@@ -111,7 +104,7 @@ def recorded_results(export_dir: str) -> list:
         return []
 
 
-def _arch_for(model_config: dict):
+def arch_for(model_config: dict):
     from depthbench.registry import ARCHITECTURES
 
     model_type = model_config.get("model_type")
@@ -122,10 +115,10 @@ def _arch_for(model_config: dict):
                      f"known: {', '.join(a.model_type for a in ARCHITECTURES.values())}")
 
 
-def _shape(arch, model_config: dict) -> dict:
+def shape_table(arch, model_config: dict) -> dict:
     """The shape table's values; the total parameter count carries the budget label of the repository name
-    (:func:`depthbench.hub.names.format_budget`), so the card and the name agree."""
-    from depthbench.hub.names import format_budget
+    (:func:`depthbench.repo_names.format_budget`), so the card and the name agree."""
+    from depthbench.repo_names import format_budget
 
     config = arch.config_class.from_dict({k: v for k, v in model_config.items() if k not in ("auto_map",)})
     counts = config.parameter_counts()
@@ -255,10 +248,10 @@ def render_card(inputs: CardInputs, repo_id: str | None = None, revision: str | 
     """The :class:`huggingface_hub.ModelCard` for ``inputs`` (``repo_id`` names the model in the card)."""
     from huggingface_hub import ModelCard, ModelCardData
 
-    arch = _arch_for(inputs.model_config)
-    shape = _shape(arch, inputs.model_config)
+    arch = arch_for(inputs.model_config)
+    shape = shape_table(arch, inputs.model_config)
     if repo_id is None:
-        from depthbench.hub.names import default_repo_name
+        from depthbench.repo_names import default_repo_name
 
         repo_id = default_repo_name(arch.id, shape["counts"]["total"], shape["L"], _lr(inputs))
     train_loss, evals, step = _last_eval(inputs)
@@ -335,3 +328,31 @@ def card_files(export_dir: str, run_dir: str | None, repo_id: str, revision: str
         card = render_card(inputs, repo_id=repo_id, revision=revision, loss_curve=LOSS_CURVE if curve else None)
     out["README.md"] = str(card).encode("utf-8")
     return out
+
+
+def write_sft_card(out_dir: str | os.PathLike, base_model: str, data: str, summary: dict) -> Path:
+    """The card of a fine-tuned folder (``model_cards/sft_model_card.md``) naming its base model and data (a local
+    base or data file is not Hub metadata); ``summary`` is ``sft_summary.json``'s content."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    base = str(Path(base_model).resolve()) if Path(base_model).exists() else base_model
+    data_card = ModelCardData(library_name="transformers", pipeline_tag="text-generation", base_model=None
+                              if Path(base_model).exists() else base_model,
+                              datasets=[data] if not Path(data).exists() else None, tags=["depthbench", "sft"],
+                              model_name=Path(out_dir).resolve().name)
+    card = ModelCard.from_template(data_card, template_str=template_text(SFT_CARD_TEMPLATE),
+                                   model_name=data_card.model_name, base=base,
+                                   data=data, rows=summary.get("rows"), epochs=summary.get("epochs"),
+                                   steps=summary.get("steps"), loss=summary.get("final_train_loss"))
+    path = Path(out_dir) / "README.md"
+    card.save(str(path))
+    return path
+
+
+def evaluated_card(model_name: str):
+    """A minimal :class:`huggingface_hub.ModelCard` (``model_cards/evaluated_model_card.md``) for a model folder
+    that has no card yet, for ``depthbench eval`` to record its results in."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    return ModelCard.from_template(ModelCardData(library_name="transformers", pipeline_tag="text-generation"),
+                                   template_str=template_text(EVALUATED_CARD_TEMPLATE), model_name=model_name)
