@@ -39,7 +39,7 @@ def _selection(args: argparse.Namespace) -> dict:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from depthbench.hub.released import Catalogue, format_listing
+    from depthbench.hub.catalogue import Catalogue, format_listing
 
     releases = Catalogue.load(args.catalogue).select(**_selection(args))
     print(json.dumps([r.record() for r in releases], indent=1) if args.json else format_listing(releases))
@@ -47,7 +47,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from depthbench.hub.released import Catalogue
+    from depthbench.hub.catalogue import Catalogue
     from depthbench.sweeps.released.measure import Hub, Measurement, Tasks, evaluate_releases
     from depthbench.sweeps.released.selection import select_targets
 

@@ -18,8 +18,8 @@ import re
 import pytest
 
 from depthbench.cli import main
+from depthbench.hub.catalogue import Catalogue, CatalogueError, load_published, published_loss, published_nll
 from depthbench.hub.names import parse_repo_name
-from depthbench.hub.released import Catalogue, CatalogueError, load_published, published_loss, published_nll
 from depthbench.registry import ARCHITECTURES
 from tests.helpers import REPO_ROOT
 
