@@ -4,6 +4,9 @@ imports inside functions too, which Python only runs later but which still tie t
 module imports on its own in a fresh interpreter (nothing depends on another module having been imported first).
 In ``modeling/`` (remote code), no underscore name is used outside its file, and each helper file is named by its
 owner (``mhc_sinkhorn.py`` is mHC's).
+Commands live in their family's ``command.py`` (``archs`` and ``shapes`` in ``depthbench.cli``), each handled by
+``_cmd_<command>``, and ``released`` names one place, the ``depthbench released`` family
+(``depthbench.sweeps.released``).
 
 Run: ``python -m pytest tests/test_layout.py -q``
 """
@@ -354,3 +357,82 @@ def test_run_folder_file_names_are_spelled_once():
                          ("depthbench.training.checkpoint", {checkpoint.TRAINER_STATE})):
         spelled = _modules_where(lambda node, names=names: _string(node, lambda s: s in names))
         assert spelled == {owner}, f"{sorted(names)} spelled outside {owner}: {sorted(spelled - {owner})}"
+
+
+def _is_command_module(name: str) -> bool:
+    return name == "depthbench.cli" or name.rsplit(".", 1)[-1] == "command"
+
+
+def _top_level_functions(path: Path) -> set[str]:
+    return {node.name for node in ast.parse(path.read_text(encoding="utf-8")).body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def test_commands_live_in_command_modules():
+    """Every command is registered and handled in its family's ``command.py`` (``archs`` and ``shapes`` in
+    ``depthbench.cli``): ``register_cli`` and ``_cmd_*`` handlers are defined nowhere else, and the command table
+    names only those modules."""
+    from depthbench.cli import COMMANDS
+
+    outside = sorted(f"{name}.{fn}" for name, path in _modules().items() if not _is_command_module(name)
+                     for fn in _top_level_functions(path) if fn == "register_cli" or fn.startswith("_cmd_"))
+    assert not outside, "command code outside a command module: " + ", ".join(outside)
+    assert not [c for c, (module, _) in COMMANDS.items() if not _is_command_module(module)], COMMANDS
+
+
+def _handler_names(parser, path: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    """``(command path, handler's module, handler's name)`` of ``parser`` and every sub-parser below it (a
+    ``functools.partial`` counts as the function it wraps)."""
+    import argparse
+    import functools
+
+    found = []
+    func = parser.get_default("func")
+    if func is not None:
+        func = func.func if isinstance(func, functools.partial) else func
+        found.append((" ".join(path), func.__module__, func.__name__))
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += _handler_names(sub, (*path, name))
+    return found
+
+
+def _wrong_handlers(handlers: list[tuple[str, str, str]], module_of: dict[str, str]) -> list[str]:
+    """The handlers not named ``_cmd_<command path>`` (``-`` and spaces as ``_``) or not in their command's
+    module, as ``command: module.name``."""
+    return [f"{path}: {module}.{name}" for path, module, name in handlers
+            if name != "_cmd_" + path.replace("-", "_").replace(" ", "_") or module != module_of[path.split()[0]]]
+
+
+def test_command_handlers_are_named_one_way():
+    """Every command's handler (sub-commands included) is ``_cmd_<command>`` in its command module:
+    ``_cmd_train``, ``_cmd_export_llama``, ``_cmd_released_list``."""
+    from depthbench.cli import COMMANDS, build_parser
+
+    module_of = {command: module for command, (module, _) in COMMANDS.items()}
+    handlers = []
+    for command in COMMANDS:
+        handlers += [h for h in _handler_names(build_parser(command), ()) if h[0].split()[0] == command]
+    assert {h[0].split()[0] for h in handlers} == set(COMMANDS)
+    wrong = _wrong_handlers(handlers, module_of)
+    assert not wrong, "handlers not named _cmd_<command> in their command module: " + "; ".join(wrong)
+
+
+def test_the_handler_check_sees_a_wrong_name():
+    """The checker itself: a ``run_cli`` handler and one in a library module are reported, nested names are not."""
+    module_of = {"publish": "depthbench.hub.command", "released": "depthbench.sweeps.released.command"}
+    handlers = [("publish", "depthbench.hub.command", "run_cli"),
+                ("released list", "depthbench.sweeps.released.command", "_cmd_released_list"),
+                ("publish", "depthbench.hub.publish", "_cmd_publish")]
+    assert _wrong_handlers(handlers, module_of) == ["publish: depthbench.hub.command.run_cli",
+                                                    "publish: depthbench.hub.publish._cmd_publish"]
+
+
+def test_released_is_one_room():
+    """``released`` names one place: the ``depthbench released`` command family (``depthbench.sweeps.released``);
+    the catalogue of the study's releases is ``depthbench.hub.catalogue``."""
+    stray = [name for name in _modules() if "released" in name.split(".")
+             and not (name + ".").startswith("depthbench.sweeps.released.")]
+    assert not stray, "modules named released outside depthbench.sweeps.released: " + ", ".join(stray)
+    assert "depthbench.hub.catalogue" in _modules()

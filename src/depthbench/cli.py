@@ -6,10 +6,12 @@
     depthbench shapes 400m --arch mhc [--depths 16,24] [--json | --csv]
     depthbench bench --arch hc,mhc --shapes bench --quick
 
-Every command lives next to the code it drives: its module defines ``register_cli(subparsers)``, which adds its
-parser(s) and sets ``func`` (called with the parsed namespace; returns an exit code or ``None``). :data:`COMMANDS`
-maps each command name to that module and a one-line summary; to add a command, write ``register_cli`` in your module
-and add one line to :data:`COMMANDS`.
+Every command lives in its family's ``command.py`` (``depthbench/<family>/command.py``; ``archs`` and ``shapes``,
+which read only the registry and the shape rule, live here): that module defines ``register_cli(subparsers)``, which
+adds the family's parsers and sets ``func`` to the command's handler ``_cmd_<command>`` (called with the parsed
+namespace; returns an exit code or ``None``). :data:`COMMANDS` maps each command name to that module and a one-line
+summary; to add a command, add its parser and handler to its family's ``command.py`` and one line to
+:data:`COMMANDS`.
 
 The command line answers at once: ``depthbench --help`` reads only the table, and ``depthbench <command>`` imports
 only that command's module (so torch, transformers, datasets ... load only for the commands that use them, and a
@@ -19,7 +21,9 @@ module that fails to import breaks only its own commands, with the error shown w
 from __future__ import annotations
 
 import argparse
+import csv
 import importlib
+import io
 import json
 import os
 import sys
@@ -31,32 +35,26 @@ from depthbench.errors import EXIT_OK, EXIT_USAGE, run_command
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "archs": ("depthbench.cli", "list the registered architectures"),
-    "shapes": ("depthbench.shapes", "shape grids of the design rule with exact parameter counts"),
+    "shapes": ("depthbench.cli", "shape grids of the design rule with exact parameter counts"),
     "bench": ("depthbench.bench.command",
               "train-step time, decode speed and peak memory vs pre_ln and LlamaForCausalLM"),
     "prepare-data": ("depthbench.data.command", "tokenize parquet/jsonl/txt files or a Hub dataset into token shards"),
     "train": ("depthbench.training.command", "pretrain a model (Accelerate: CPU, GPU, DDP, FSDP2)"),
     "sweep": ("depthbench.sweeps.command", "train architectures x aspect ratios at a fixed parameter budget"),
-    "report": ("depthbench.sweeps.report", "rebuild results.csv, the plot and report.md of a sweep folder"),
-    "demo": ("depthbench.sweeps.demo", "the offline CPU demo: a small real aspect-ratio sweep (< 10 min)"),
+    "report": ("depthbench.sweeps.command", "rebuild results.csv, the plot and report.md of a sweep folder"),
+    "demo": ("depthbench.sweeps.command", "the offline CPU demo: a small real aspect-ratio sweep (< 10 min)"),
     "eval": ("depthbench.evaluation.command",
              "lm-eval on a checkpoint or every run of a sweep (results.json/.md, card)"),
-    "sft": ("depthbench.training.sft", "supervised fine-tuning (Commonsense170K recipe) with transformers.Trainer"),
-    "publish": ("depthbench.hub.publish", "upload a run, a sweep or a converted model to the Hugging Face Hub"),
-    "convert": ("depthbench.hub.convert", "convert a released checkpoint of the study (OLMo-core) to depthbench"),
-    "export-llama": ("depthbench.hub.export_llama", "export a pre_ln checkpoint as a stock LlamaForCausalLM"),
+    "sft": ("depthbench.training.command", "supervised fine-tuning (Commonsense170K recipe) with transformers.Trainer"),
+    "publish": ("depthbench.hub.command", "upload a run, a sweep or a converted model to the Hugging Face Hub"),
+    "convert": ("depthbench.hub.command", "convert a released checkpoint of the study (OLMo-core) to depthbench"),
+    "export-llama": ("depthbench.hub.command", "export a pre_ln checkpoint as a stock LlamaForCausalLM"),
     "analyze": ("depthbench.analysis.command", "layer analyses of a checkpoint, a Hub model or every run of a sweep"),
     "released": ("depthbench.sweeps.released.command", "the study's released checkpoints: list them, re-measure them"),
     "tasks-path": ("depthbench.evaluation.command", "print the installed lm-eval task folder (lm_eval --include_path)"),
     # (new commands: one line above this comment)
 }
 """Command name -> (module defining ``register_cli`` that adds it, one-line summary for ``depthbench --help``)."""
-
-ALIASES: dict[tuple[str, str, str], str] = {
-    ("sweep", "--preset", "demo"): "demo",  # the README's first command, from before `depthbench demo` existed
-}
-"""Old spellings kept working: ``depthbench <command> <flag> <value> ...`` runs ``depthbench <target> ...``. Flags
-of the old command that the target does not take are refused with a message naming them."""
 
 
 # ================================================================================================ archs
@@ -76,14 +74,88 @@ def _cmd_archs(args: argparse.Namespace) -> int:
     return 0
 
 
+# ================================================================================================ shapes
+def _cmd_shapes(args: argparse.Namespace) -> int:
+    from depthbench.shapes import (
+        GRIDS,
+        format_table,
+        grid_shapes,
+        millions,
+        param_table,
+        parse_count,
+        parse_depths,
+        shape_for_budget,
+    )
+
+    if args.arch is not None:
+        from depthbench.registry import get
+
+        get(args.arch)  # unknown ids raise, listing the valid ones
+    depths = parse_depths(args.depths) if args.depths else None
+    if args.budget is not None:
+        if depths is None:
+            raise ValueError("--depths=None is not allowed: --depths must be given with --budget "
+                             "(e.g. --depths 12,24).")
+        budget = parse_count(args.budget)
+        shapes = [shape_for_budget(budget, depth, vocab_size=args.vocab_size, heads=args.heads,
+                                   kv_heads=args.kv_heads, ffn=args.ffn, count=args.count) for depth in depths]
+        rows = param_table(shapes, args.arch, budget=budget, count=args.count)
+    elif args.grid is None:
+        for g in GRIDS.values():
+            print(f"{g.name:<14} {g.count:<8} budget {millions(g.budget):>8}  depths "
+                  f"{','.join(map(str, g.depths))}  {g.description}")
+        return 0
+    else:
+        rows = param_table(grid_shapes(args.grid, depths), args.arch)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    elif args.csv:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        sys.stdout.write(buffer.getvalue())
+    else:
+        first = rows[0]
+        if first["budget"] is not None:
+            print(f"# arch {args.arch or 'pre_ln'}; {first['count']} held at {millions(first['budget'])} "
+                  f"({first['budget']:,} parameters)")
+        print(format_table(rows))
+    return 0
+
+
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``depthbench archs``."""
+    """Add ``depthbench archs`` and ``depthbench shapes``."""
+    from depthbench.shapes import COUNTS, FFN_RULES, GRIDS
+
     p = subparsers.add_parser(
         "archs", help="list the registered architectures",
         description="Print the architecture registry: id, model_type, family, paper, description.",
     )
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     p.set_defaults(func=_cmd_archs)
+    p = subparsers.add_parser(
+        "shapes",
+        help="shape grids of the design rule with exact parameter counts",
+        description="Print a grid's shapes (L, d, f, heads, head_dim, d/L, backbone, extra, total, difference from "
+        "the budget) with the exact parameter counts of an architecture. Without a grid, list the grids.",
+    )
+    p.add_argument("grid", nargs="?", choices=list(GRIDS), help="named grid (omit to list the grids)")
+    p.add_argument("--arch", default=None,
+                   help="registered architecture whose counts are shown (default: the shared backbone, i.e. pre_ln's "
+                   "counts, computed without loading model code)")
+    p.add_argument("--depths", help="comma-separated subset of depths, e.g. 16,24 (required with --budget)")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print the rows as JSON")
+    fmt.add_argument("--csv", action="store_true", help="print the rows as CSV")
+    custom = p.add_argument_group("ad-hoc budget (instead of a named grid)")
+    custom.add_argument("--budget", help="parameter budget, e.g. 400m, 1.6b, 25000000")
+    custom.add_argument("--count", choices=COUNTS, default="total", help="count held fixed (default total)")
+    custom.add_argument("--vocab-size", type=int, default=50280, help="vocabulary size (default 50280)")
+    custom.add_argument("--heads", type=int, default=16, help="query heads (default 16)")
+    custom.add_argument("--kv-heads", type=int, default=None, help="key/value heads (default: heads)")
+    custom.add_argument("--ffn", choices=list(FFN_RULES), default="8/3", help="SwiGLU width rule (default 8/3)")
+    p.set_defaults(func=_cmd_shapes)
 
 
 # ================================================================================================ entry point
@@ -122,7 +194,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     set ``DEPTHBENCH_TRACEBACK=1`` to see the traceback instead.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    argv, alias = _resolve_alias(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     try:
         parser = build_parser(command)
@@ -133,37 +204,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"depthbench: error: the command {command!r} is unavailable: its module {COMMANDS[command][0]} "
               f"failed to load:\n  {error}", file=sys.stderr)
         return EXIT_USAGE
-    if alias:
-        args, unknown = parser.parse_known_args(argv)
-        flags = [a.split("=")[0] for a in unknown if a.startswith("-")]
-        if unknown:
-            command, flag, value = alias
-            dropped = ", ".join(flags or unknown)
-            print(f"depthbench {command} {flag} {value}: error: this is `depthbench {ALIASES[alias]}`, which does not "
-                  f"take {dropped}; drop {dropped} (or run depthbench {command} without {flag})", file=sys.stderr)
-            return EXIT_USAGE
-    else:
-        args = parser.parse_args(argv)
+    args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return EXIT_OK if not argv else EXIT_USAGE
     return run_command(args.command, args.func, args)
-
-
-def _resolve_alias(argv: list[str]) -> tuple[list[str], tuple[str, str, str] | None]:
-    """``argv`` with an :data:`ALIASES` spelling replaced by its target command, and the alias key (or ``None``)."""
-    if not argv:
-        return argv, None
-    for (command, flag, value), target in ALIASES.items():
-        if argv[0] != command:
-            continue
-        rest = argv[1:]
-        for i, arg in enumerate(rest):
-            if arg == f"{flag}={value}":
-                return [target, *rest[:i], *rest[i + 1:]], (command, flag, value)
-            if arg == flag and i + 1 < len(rest) and rest[i + 1] == value:
-                return [target, *rest[:i], *rest[i + 2:]], (command, flag, value)
-    return argv, None
 
 
 if __name__ == "__main__":

@@ -29,13 +29,8 @@ Parameter counts always come from the architecture's own config (``parameter_cou
 
 from __future__ import annotations
 
-import argparse
-import csv
 import functools
-import io
-import json
 import re
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -393,7 +388,8 @@ def param_table(
     return rows
 
 
-def _millions(n: int | None) -> str:
+def millions(n: int | None) -> str:
+    """A parameter count as the tables print it: ``405_406_720`` -> ``"405.4M"``, ``None`` -> ``"-"``."""
     if n is None:
         return "-"
     return f"{n / 1e6:.1f}M" if abs(n) >= 950_000 else f"{n / 1e3:.1f}k" if n else "0"
@@ -407,14 +403,14 @@ def format_table(rows: list[dict]) -> str:
         heads = str(r["heads"]) if r["kv_heads"] == r["heads"] else f"{r['heads']}/{r['kv_heads']}kv"
         diff = "-" if r["diff_pct"] is None else f"{r['diff_pct']:+.1f}%"
         body.append([r["shape"], str(r["L"]), str(r["d"]), str(r["f"]), heads, str(r["head_dim"]),
-                     f"{r['d/L']:.2f}", _millions(r["backbone"]), _millions(r["extra"]), _millions(r["total"]), diff])
+                     f"{r['d/L']:.2f}", millions(r["backbone"]), millions(r["extra"]), millions(r["total"]), diff])
     widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
              for line in [header, *body]]
     return "\n".join(lines)
 
 
-def _parse_count(text: str) -> int:
+def parse_count(text: str) -> int:
     """``"400m"``, ``"1.6b"``, ``"20M"``, ``"2e6"``, ``"123456"`` -> an integer parameter count."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbg]?)\s*", text.lower())
     _check(match is not None, "budget", text, "a number with an optional k/m/b suffix, e.g. 400m or 1.6b")
@@ -422,7 +418,7 @@ def _parse_count(text: str) -> int:
     return int(round(float(match.group(1)) * scale))
 
 
-def _parse_depths(text: str) -> list[int]:
+def parse_depths(text: str) -> list[int]:
     try:
         depths = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -430,66 +426,3 @@ def _parse_depths(text: str) -> list[int]:
     _check(len(depths) > 0 and all(x >= 1 for x in depths), "--depths", text,
            "a comma-separated list of positive integers, e.g. 16,24")
     return depths
-
-
-# ================================================================================================ CLI
-def _cmd_shapes(args: argparse.Namespace) -> int:
-    if args.arch is not None:
-        from depthbench.registry import get
-
-        get(args.arch)  # unknown ids raise, listing the valid ones
-    depths = _parse_depths(args.depths) if args.depths else None
-    if args.budget is not None:
-        _check(depths is not None, "--depths", None, "given with --budget (e.g. --depths 12,24)")
-        budget = _parse_count(args.budget)
-        shapes = [shape_for_budget(budget, depth, vocab_size=args.vocab_size, heads=args.heads,
-                                   kv_heads=args.kv_heads, ffn=args.ffn, count=args.count) for depth in depths]
-        rows = param_table(shapes, args.arch, budget=budget, count=args.count)
-    elif args.grid is None:
-        for g in GRIDS.values():
-            print(f"{g.name:<14} {g.count:<8} budget {_millions(g.budget):>8}  depths "
-                  f"{','.join(map(str, g.depths))}  {g.description}")
-        return 0
-    else:
-        rows = param_table(grid_shapes(args.grid, depths), args.arch)
-    if args.json:
-        print(json.dumps(rows, indent=1))
-    elif args.csv:
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-        sys.stdout.write(buffer.getvalue())
-    else:
-        first = rows[0]
-        if first["budget"] is not None:
-            print(f"# arch {args.arch or 'pre_ln'}; {first['count']} held at {_millions(first['budget'])} "
-                  f"({first['budget']:,} parameters)")
-        print(format_table(rows))
-    return 0
-
-
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``depthbench shapes``."""
-    p = subparsers.add_parser(
-        "shapes",
-        help="shape grids of the design rule with exact parameter counts",
-        description="Print a grid's shapes (L, d, f, heads, head_dim, d/L, backbone, extra, total, difference from "
-        "the budget) with the exact parameter counts of an architecture. Without a grid, list the grids.",
-    )
-    p.add_argument("grid", nargs="?", choices=list(GRIDS), help="named grid (omit to list the grids)")
-    p.add_argument("--arch", default=None,
-                   help="registered architecture whose counts are shown (default: the shared backbone, i.e. pre_ln's "
-                   "counts, computed without loading model code)")
-    p.add_argument("--depths", help="comma-separated subset of depths, e.g. 16,24 (required with --budget)")
-    fmt = p.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true", help="print the rows as JSON")
-    fmt.add_argument("--csv", action="store_true", help="print the rows as CSV")
-    custom = p.add_argument_group("ad-hoc budget (instead of a named grid)")
-    custom.add_argument("--budget", help="parameter budget, e.g. 400m, 1.6b, 25000000")
-    custom.add_argument("--count", choices=COUNTS, default="total", help="count held fixed (default total)")
-    custom.add_argument("--vocab-size", type=int, default=50280, help="vocabulary size (default 50280)")
-    custom.add_argument("--heads", type=int, default=16, help="query heads (default 16)")
-    custom.add_argument("--kv-heads", type=int, default=None, help="key/value heads (default: heads)")
-    custom.add_argument("--ffn", choices=list(FFN_RULES), default="8/3", help="SwiGLU width rule (default 8/3)")
-    p.set_defaults(func=_cmd_shapes)

@@ -351,10 +351,11 @@ def test_every_option_an_error_message_names_exists():
     import re
 
     from depthbench.hub import readout, release_files, settings, translators
+    from depthbench.hub.command import register_cli
 
     parser = argparse.ArgumentParser()
-    conv.register_cli(parser.add_subparsers())
-    (convert_parser,) = parser._subparsers._group_actions[0].choices.values()
+    register_cli(parser.add_subparsers())
+    convert_parser = parser._subparsers._group_actions[0].choices["convert"]
     options = {s for action in convert_parser._actions for s in action.option_strings}
     import inspect
 

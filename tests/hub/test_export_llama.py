@@ -112,7 +112,9 @@ def test_a_hub_checkpoint_is_exported_with_its_tokenizer(tmp_path):
 def test_cli_takes_a_revision():
     import argparse
 
+    from depthbench.hub.command import register_cli
+
     parser = argparse.ArgumentParser()
-    ex.register_cli(parser.add_subparsers())
+    register_cli(parser.add_subparsers())
     args = parser.parse_args(["export-llama", "org/name", "--revision", "step-000002", "-o", "out"])
     assert args.revision == "step-000002"

@@ -1,4 +1,4 @@
-"""Tests of the embedded demo (``depthbench sweep --preset demo``, ``depthbench.sweeps.demo``): the spec is what the
+"""Tests of the embedded demo (``depthbench demo``, ``depthbench.sweeps.demo``): the spec is what the
 docs say (pre_ln, hc, attnres at three depths of one fixed budget, three seeds each, one recipe whose steps follow
 the tokens-per-parameter rule), its corpus has separate synthetic and text eval splits, the compute stays inside the
 measured time budget, bad flags are refused, and the whole command runs end to end (on a small corpus with narrowed
@@ -9,7 +9,6 @@ Run: ``python -m pytest tests/sweeps/test_demo.py -q`` (add ``--runslow`` for th
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
@@ -123,33 +122,23 @@ def test_demo_corpus_reports_synthetic_and_text_separately(small_corpus):
         demo.ensure_demo_data(str(small_corpus), log=logs.append, max_vocab=200)
 
 
-def test_preset_demo_refuses_flags_it_fixes(tmp_path, capsys):
-    args = argparse.Namespace(archs="pre_ln", grid=None, shapes=None, budget=None, depths=None, emit=None,
-                              out=str(tmp_path / "o"), steps=None, set=None)
-    with pytest.raises(SweepError, match="--preset demo fixes its architectures and shapes; drop --archs"):
-        demo.run_demo(args)
-    assert cli_main(["sweep", "--preset", "demo", "--grid", "tiny", "--out", str(tmp_path / "o")]) == 2
-    assert "drop --grid" in capsys.readouterr().err
-    assert cli_main(["sweep", "--preset", "demo", "--steps", "0", "--out", str(tmp_path / "o")]) == 2
-    assert cli_main(["sweep", "--preset", "demo", "--set", "train.nope=1", "--out", str(tmp_path / "o")]) == 2
+def test_demo_refuses_bad_flags_before_anything_is_built(tmp_path, capsys):
+    assert cli_main(["demo", "--steps", "0", "--out", str(tmp_path / "o")]) == 2
+    assert "depthbench demo: error: --steps 0 is not allowed" in capsys.readouterr().err
+    assert cli_main(["demo", "--set", "train.nope=1", "--out", str(tmp_path / "o")]) == 2
     assert "unknown config key 'train.nope'" in capsys.readouterr().err
     assert cli_main(["demo", "--workers", "0", "--out", str(tmp_path / "o")]) == 2
     assert "--workers 0 is not allowed" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # `depthbench demo` has no sweep flags at all
+        cli_main(["demo", "--grid", "tiny", "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()  # refused before the corpus is built
 
 
-def test_demo_command_and_its_sweep_alias_take_the_same_arguments(tmp_path, capsys):
-    from depthbench import cli
-
-    assert cli._resolve_alias(["sweep", "--out", "x", "--preset=demo", "--steps", "2"]) == (
-        ["demo", "--out", "x", "--steps", "2"], ("sweep", "--preset", "demo"))
-    assert cli._resolve_alias(["sweep", "--preset", "demo"]) == (["demo"], ("sweep", "--preset", "demo"))
-    assert cli._resolve_alias(["sweep", "--archs", "hc", "--grid", "tiny"]) == (
-        ["sweep", "--archs", "hc", "--grid", "tiny"], None)
-    assert cli_main(["demo", "--steps", "0", "--out", str(tmp_path / "o")]) == 2
-    assert "depthbench demo: error: --steps 0 is not allowed" in capsys.readouterr().err
-    with pytest.raises(SystemExit):  # `depthbench demo` has no sweep flags at all
-        cli_main(["demo", "--grid", "tiny", "--out", str(tmp_path / "o")])
+def test_the_sweep_command_has_no_demo_preset(tmp_path, capsys):
+    """``depthbench demo`` is the demo's one name: ``sweep --preset demo`` is an unknown flag of ``sweep``."""
+    with pytest.raises(SystemExit) as info:
+        cli_main(["sweep", "--preset", "demo", "--out", str(tmp_path / "o")])
+    assert info.value.code == 2 and "unrecognized arguments: --preset demo" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 
@@ -161,8 +150,7 @@ def test_demo_command_end_to_end_on_a_small_corpus(small_corpus, tmp_path, capsy
     monkeypatch.setattr(demo, "DEMO_SEEDS", [0, 1])
     out = tmp_path / "demo"
     shutil.copytree(small_corpus, out / "data")  # reused instead of building the full corpus
-    argv = ["sweep", "--preset", "demo", "--out", str(out), "--steps", "1", "--eval-limit", "2", "--workers", "2",
-            *NARROW]
+    argv = ["demo", "--out", str(out), "--steps", "1", "--eval-limit", "2", "--workers", "2", *NARROW]
     assert cli_main(argv) == 0
     printed = capsys.readouterr().out
     assert "12 runs in 2 worker processes" in printed
@@ -214,7 +202,7 @@ def test_demo_command_end_to_end_on_a_small_corpus(small_corpus, tmp_path, capsy
     assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/summary.json")} == before
     assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/eval/results.json")} == evaluated  # not re-evaluated
     # a different recipe in the same folder is refused, before anything is built or trained
-    assert cli_main(["sweep", "--preset", "demo", "--out", str(out), "--steps", "2", *NARROW]) == 2
+    assert cli_main(["demo", "--out", str(out), "--steps", "2", *NARROW]) == 2
     assert "different sweep definition" in capsys.readouterr().err
 
 
@@ -237,7 +225,7 @@ def test_real_demo_smoke_run(tmp_path, capsys):
     """The real command (full corpus, real micro-grid shapes, 27 runs in workers) with 2 steps per run: ~1-2
     minutes on 2 cores."""
     out = tmp_path / "demo"
-    assert cli_main(["sweep", "--preset", "demo", "--out", str(out), "--steps", "2"]) == 0
+    assert cli_main(["demo", "--out", str(out), "--steps", "2"]) == 0
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 27 and {r["status"] for r in rows} == {"finished"}
     assert {r["num_layers"] for r in rows} == set(demo.DEMO_DEPTHS) and {r["seed"] for r in rows} == {0, 1, 2}

@@ -29,7 +29,7 @@ import torch
 from depthbench.cli import main
 from depthbench.data import make_tiny_tokenizer, prepare_data
 from depthbench.hub import convert as conv
-from depthbench.hub.released import Catalogue
+from depthbench.hub.catalogue import Catalogue
 from depthbench.registry import build_model
 from depthbench.shapes import get_shape
 from depthbench.sweeps.heldout import TokenizerMismatch, check_tokenizer, open_heldout

@@ -400,7 +400,7 @@ def test_bad_run_overrides_and_missing_data_write_nothing(data_dir, tmp_path):
         (["--archs", "pre_ln", "--grid", "tiny", "--lrs", "1e-3,0"], "learning rate 0.0 is not allowed"),
         (["--archs", "pre_ln", "--grid", "tiny", "--lrs=-2e-3"], "learning rate -0.002 is not allowed"),
         (["--archs", "pre_ln", "--grid", "tiny", "--lrs", ""], "no learning rate given"),
-        (["--archs", "pre_ln"], "give --preset demo, or --archs and --grid"),
+        (["--archs", "pre_ln"], "give --archs and --grid/--shapes/--budget"),
         (["--archs", "pre_ln", "--budget", "2m"], "--depths is required with --budget"),
         (["--archs", "pre_ln", "--grid", "tiny", "--budget", "2m", "--depths", "2"], "either --grid or --budget"),
         (["--archs", "pre_ln", "--grid", "tiny", "--seeds", "x"], "--seeds 'x' is not allowed"),

@@ -9,7 +9,8 @@
   refusals, norms, EOS / PAD / context length);
 * :mod:`depthbench.hub.translators`: what each architecture adds to that format (one translator per registry id);
 * :mod:`depthbench.hub.readout`: the HC / native-mHC readout decided from evidence (loss on a built-in sample);
-* :mod:`depthbench.hub.export_llama`: ``depthbench export-llama`` (``pre_ln`` -> stock ``LlamaForCausalLM``).
+* :mod:`depthbench.hub.export_llama`: ``depthbench export-llama`` (``pre_ln`` -> stock ``LlamaForCausalLM``);
+* :mod:`depthbench.hub.command`: the command line of the three (parsers and handlers).
 
 Repository names (:mod:`depthbench.repo_names`) and model cards (:mod:`depthbench.cards`) sit below the families
 (training's exports write cards too). Heavy imports (torch, transformers, huggingface_hub) happen inside the functions.

@@ -39,7 +39,6 @@ read by ``depthbench publish``, which re-publishes a conversion as ``<name>-hf``
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -319,41 +318,3 @@ def from_released(repo_id: str, step: int | None = None, cache_dir: str | None =
     if dtype is not None:
         from_pretrained_kwargs.setdefault("dtype", resolve_dtype(dtype, {}))
     return AutoModelForCausalLM.from_pretrained(target, **from_pretrained_kwargs)
-
-
-# ================================================================================================ CLI
-def run_cli(args: argparse.Namespace) -> int:
-    out = convert(args.source, args.output, step=args.step, arch=args.arch, config_path=args.config,
-                  tokenizer_dir=args.tokenizer, repo_name=args.repo_name, revision=args.revision,
-                  overwrite=args.overwrite, readout=args.readout, dtype=args.dtype)
-    with open(os.path.join(out, CONVERSION_RECORD), encoding="utf-8") as f:
-        record = json.load(f)
-    print(f"converted {record['source_repo']} (step {record['step']}) -> {out} as {record['arch']} "
-          f"({record['dtype']})")
-    for note in record["notes"]:
-        print(f"  note: {note}")
-    return 0
-
-
-def register_cli(subparsers) -> None:
-    """Add ``depthbench convert``."""
-    p = subparsers.add_parser(
-        "convert", help="convert a released OLMo-core checkpoint of the study into depthbench's HF format",
-        description="Convert aspect-ratio-scaling/NAME (downloading only the model part of a step), a local release "
-                    "or step folder (config.json + model_and_optim/) or a plain state dict into a from_pretrained "
-                    "folder (safetensors, remote code, tokenizer, model card). Unrepresentable settings are refused.")
-    p.add_argument("source", help="Hub repo id, local release or step folder, or state-dict file (.pt/.safetensors)")
-    p.add_argument("-o", "--output", required=True, help="output folder")
-    p.add_argument("--step", type=int, help="training step (default: the last one in the repository)")
-    p.add_argument("--arch", help="registry id, when neither config.json nor the name gives it")
-    p.add_argument("--config", help="experiment config.json to read the settings from (plain state dicts)")
-    p.add_argument("--tokenizer", help="tokenizer folder to copy (default: the release's tokenizer/)")
-    p.add_argument("--repo-name", help="release name to read settings from for a local source")
-    p.add_argument("--revision", help="Hub revision of the release repository")
-    p.add_argument("--readout", choices=("sum", "sum_norm"),
-                   help="HC / native-mHC stream readout when config.json leaves it open (default: decided from the "
-                        "loss of both on a built-in text sample): sum = sum the streams, then the final norm (the "
-                        "study's newest code); sum_norm = final norm per stream, then sum (older code)")
-    p.add_argument("--dtype", choices=DTYPES, help="dtype of the converted weights (default: the checkpoint's)")
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
-    p.set_defaults(func=run_cli)

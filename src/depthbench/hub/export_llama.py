@@ -17,7 +17,6 @@ the context length, where dynamic NTK and LongRoPE change the frequencies.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 
@@ -146,22 +145,3 @@ def export_llama(checkpoint: str, output_dir: str, overwrite: bool = False, chec
                                         and os.path.exists(os.path.join(output_dir, name))):
             shutil.copy2(src, os.path.join(output_dir, name))
     return output_dir
-
-
-def run_cli(args: argparse.Namespace) -> int:
-    out = export_llama(args.checkpoint, args.output, overwrite=args.overwrite, revision=args.revision)
-    print(f"wrote a stock LlamaForCausalLM to {out} (loads without trust_remote_code)")
-    return 0
-
-
-def register_cli(subparsers) -> None:
-    """Add ``depthbench export-llama``."""
-    p = subparsers.add_parser(
-        "export-llama", help="export a pre_ln checkpoint as a stock LlamaForCausalLM (no remote code)",
-        description="Write a pre_ln checkpoint as a plain Llama folder for tools that only know Llama. Other "
-                    "architectures are refused with the reason. The export's logits are checked against the source.")
-    p.add_argument("checkpoint", help="depthbench HF folder (e.g. runs/NAME/final) or Hub id of a pre_ln model")
-    p.add_argument("-o", "--output", required=True, help="output folder")
-    p.add_argument("--revision", default=None, help="branch, tag or commit of a Hub id (e.g. step-001000)")
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
-    p.set_defaults(func=run_cli)

@@ -31,7 +31,6 @@
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import re
@@ -365,29 +364,3 @@ def print_plan(plans: list[RepoPlan], sweep: SweepPlan | None, private: bool, dr
     if sweep:
         print(f"  collection {sweep.namespace}/{sweep.title!r}: {len(plans)} models"
               f"{' + the report repository' if sweep.report else ''}", file=out)
-
-
-# ================================================================================================ CLI
-def run_cli(args: argparse.Namespace) -> int:
-    publish(args.path, repo=args.repo, private=args.private, revisions=args.revisions, dry_run=args.dry_run,
-            org=args.org, lm_eval_json=args.lm_eval_json)
-    return 0
-
-
-def register_cli(subparsers) -> None:
-    """Add ``depthbench publish``."""
-    p = subparsers.add_parser(
-        "publish", help="upload a run, a sweep or a converted model to the Hugging Face Hub",
-        description="Upload a training run's final export with its model card (and with --revisions every "
-                    "checkpoint as a branch step-NNNNNN), every finished run of a sweep plus a collection, or a "
-                    "`depthbench convert` output. Only changed files are uploaded. Authentication: HF_TOKEN or "
-                    "`hf auth login`.")
-    p.add_argument("path", help="run folder, sweep folder (with sweep.json) or HF model folder")
-    p.add_argument("--repo", help="target repository NAMESPACE/NAME (runs only; default: the organisation's name "
-                                  "<arch>-lr<lr>-llama-<budget>-L<depth>-pretrain, or <source>-hf for conversions)")
-    p.add_argument("--org", help="namespace of default names (default aspect-ratio-scaling)")
-    p.add_argument("--private", action="store_true", help="create the repositories (and collection) private")
-    p.add_argument("--revisions", action="store_true", help="also upload every checkpoint to a branch step-NNNNNN")
-    p.add_argument("--dry-run", action="store_true", help="print the plan (repos, branches, files, sizes) only")
-    p.add_argument("--lm-eval-json", help="lm-eval results JSON to add to the card's model-index")
-    p.set_defaults(func=run_cli)

@@ -1,5 +1,7 @@
-"""``depthbench sweep``: a sweep from the command line (run here, under ``accelerate launch`` per run, or emitted
-as a Slurm job array); see ``depthbench.sweeps.runner``."""
+"""The sweep family's commands: ``depthbench sweep``, a sweep from the command line (run here, under ``accelerate
+launch`` per run, or emitted as a Slurm job array; see ``depthbench.sweeps.runner``); ``depthbench report``, a sweep
+folder's results rebuilt (``depthbench.sweeps.report``); ``depthbench demo``, the offline CPU demo
+(``depthbench.sweeps.demo``)."""
 
 from __future__ import annotations
 
@@ -65,13 +67,14 @@ def spec_from_args(args) -> SweepSpec:
 
 
 def _cmd_sweep(args) -> int:
-    # imported here: the runner loads the trainer's checkpoint code (numpy, torch); `--help` stays fast
+    # imported here: the runner loads the trainer's checkpoint code (numpy, torch)
     from depthbench.sweeps.report import print_table
     from depthbench.sweeps.runner import run_sweep
     from depthbench.sweeps.slurm import emit_slurm
 
     if not (args.archs and (args.grid or args.shapes or args.budget)):
-        raise SweepError("give --preset demo, or --archs and --grid/--shapes/--budget (see depthbench sweep --help)")
+        raise SweepError("give --archs and --grid/--shapes/--budget (see depthbench sweep --help; the offline CPU "
+                         "demo is depthbench demo)")
     spec = spec_from_args(args)
     if args.emit == "slurm":
         path = emit_slurm(spec, args.out, accelerate_args=args.accelerate_args, sbatch=args.sbatch)
@@ -86,12 +89,9 @@ def _cmd_sweep(args) -> int:
     return 0
 
 
-def register_cli(subparsers) -> None:
-    """Add ``depthbench sweep`` (``depthbench sweep --preset demo`` is resolved to ``depthbench demo`` by
-    ``depthbench.cli``)."""
+def _add_sweep(subparsers) -> None:
     p = subparsers.add_parser("sweep", help="train architectures x aspect ratios at a fixed parameter budget",
-                              description=_DESCRIPTION,
-                              epilog="--preset demo: an alias of `depthbench demo` (the offline CPU demo)")
+                              description=_DESCRIPTION)
     p.add_argument("--archs", help="architecture ids separated by commas, or 'all'")
     p.add_argument("--grid", help="named shape grid (see depthbench shapes), e.g. 400m, tiny")
     p.add_argument("--depths", help="depths to run, e.g. 16,24,32 (default with --grid: all of the grid)")
@@ -121,3 +121,56 @@ def register_cli(subparsers) -> None:
     p.add_argument("--sbatch", default="",
                    help="extra #SBATCH lines separated by ';'; pass with '=': --sbatch='--gres=gpu:8;--time=24:00:00'")
     p.set_defaults(func=_cmd_sweep)
+
+
+# ================================================================================================ report
+def _cmd_report(args) -> int:
+    from depthbench.sweeps.report import ReportError, collect_results, print_table, write_report
+
+    if not os.path.isdir(args.run_dir):
+        raise ReportError(f"{args.run_dir} is not a folder (give the --out folder of a sweep)")
+    paths = write_report(args.run_dir, log=lambda *_: None)
+    print_table(collect_results(args.run_dir))
+    print()
+    for name, path in paths.items():
+        print(f"{name}: {path}")
+    return 0
+
+
+def _add_report(subparsers) -> None:
+    r = subparsers.add_parser("report",
+                              help="rebuild results.csv, the plot, report.md and report.html of a sweep folder")
+    r.add_argument("run_dir", help="the --out folder of a sweep")
+    r.set_defaults(func=_cmd_report)
+
+
+# ================================================================================================ demo
+def _cmd_demo(args) -> int:
+    from depthbench.sweeps.demo import run_demo
+
+    return run_demo(args.out, steps=args.steps, overrides=args.set, workers=args.workers, eval_limit=args.eval_limit)
+
+
+def _add_demo(subparsers) -> None:
+    from depthbench.sweeps import demo
+    from depthbench.sweeps.demo import DEMO_MAX_WORKERS, DEMO_OUT, DEMO_STEPS, DEMO_TOKENS_PER_PARAMETER
+
+    p = subparsers.add_parser("demo", help="the offline CPU demo: a small real aspect-ratio sweep (< 10 min)",
+                              description=demo.__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=DEMO_OUT, help=f"results folder (default {DEMO_OUT})")
+    p.add_argument("--steps", type=int, help=f"optimizer steps per run (default {DEMO_STEPS}: "
+                   f"{DEMO_TOKENS_PER_PARAMETER} tokens per parameter of the largest model)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="run-config override for every run")
+    p.add_argument("--workers", type=int, default=None,
+                   help=f"runs trained side by side, one torch thread each (default: the usable cores, at most "
+                        f"{DEMO_MAX_WORKERS})")
+    p.add_argument("--eval-limit", type=int, default=None,
+                   help="questions per synthetic task family in the closing evaluation (default: all 100)")
+    p.set_defaults(func=_cmd_demo)
+
+
+def register_cli(subparsers) -> None:
+    """Add ``depthbench sweep``, ``depthbench report`` and ``depthbench demo``."""
+    _add_sweep(subparsers)
+    _add_report(subparsers)
+    _add_demo(subparsers)

@@ -2,7 +2,6 @@
 
     depthbench demo                             # -> runs/demo/{report.html, report.md, results.csv, *.png}
     depthbench demo --out /tmp/demo --steps 20  # a quicker smoke run (its own folder; below 5 tokens/parameter)
-    depthbench sweep --preset demo              # the same command under its first name (an alias kept by the CLI)
 
 What it does, honestly measured:
 
@@ -54,7 +53,6 @@ the three seeds, and with three seeds that is a weak test (see ``depthbench.swee
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
@@ -181,22 +179,17 @@ def analyze_demo(out: str, data_dir: str, log=print) -> None:
     log(f"layer analyses: {time.time() - t0:.0f}s")
 
 
-def run_demo(args: argparse.Namespace) -> int:
-    """``depthbench demo``: build data, run the sweep, analyse, evaluate, print the closing table and paths."""
-    fixed = [flag for flag, attr in (("--archs", "archs"), ("--grid", "grid"), ("--shapes", "shapes"),
-                                     ("--budget", "budget"), ("--depths", "depths"), ("--emit", "emit"))
-             if getattr(args, attr, None)]
-    if fixed:
-        raise SweepError(f"--preset demo fixes its architectures and shapes; drop {', '.join(fixed)} (or run "
-                         "depthbench sweep without --preset)")
-    workers = getattr(args, "workers", None)
+def run_demo(out: str = DEMO_OUT, steps: int | None = None, overrides: list[str] | None = None,
+             workers: int | None = None, eval_limit: int | None = None) -> int:
+    """``depthbench demo``: build data, run the sweep, analyse, evaluate, print the closing table and paths.
+    ``steps``: :data:`DEMO_STEPS` unless given; ``overrides``: run-config ``KEY=VALUE`` for every run; ``workers``:
+    ``min(usable cores, DEMO_MAX_WORKERS)`` unless given; ``eval_limit``: questions per synthetic task family."""
     workers = min(usable_cores(), DEMO_MAX_WORKERS) if workers is None else workers
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise SweepError(f"--workers {workers!r} is not allowed: give a positive integer")
-    out = getattr(args, "out", None) or DEMO_OUT
+    out = out or DEMO_OUT
     t0 = time.time()
-    spec = demo_spec(os.path.join(out, "data"), steps=getattr(args, "steps", None),
-                     overrides=list(getattr(args, "set", None) or []))
+    spec = demo_spec(os.path.join(out, "data"), steps=steps, overrides=list(overrides or []))
     probe = spec.run_config(spec.runs()[0], os.path.join(out, "runs", "probe"))  # bad --set: fail before the data
     claim_folder(spec, out)  # a folder of another sweep definition: refused before anything is built
     data_dir = ensure_demo_data(os.path.join(out, "data"), max_vocab=_model_vocab(probe))
@@ -206,7 +199,7 @@ def run_demo(args: argparse.Namespace) -> int:
         return 0
     with one_torch_thread():
         analyze_demo(out, data_dir)
-        evaluate_demo(out, limit=getattr(args, "eval_limit", None))
+        evaluate_demo(out, limit=eval_limit)
     rows = collect_results(out)
     print()
     print_table(rows)
@@ -268,19 +261,3 @@ def evaluate_demo(out: str, limit: int | None = None, log=print) -> None:
 def _acc_cell(values: list[float]) -> str:
     mean = f"{sum(values) / len(values):.3f}"
     return mean + (f" ({min(values):.3f}-{max(values):.3f})" if len(values) > 1 else "")
-
-
-def register_cli(subparsers) -> None:
-    """Add ``depthbench demo`` (``depthbench sweep --preset demo`` is the same command: see ``depthbench.cli``)."""
-    p = subparsers.add_parser("demo", help="the offline CPU demo: a small real aspect-ratio sweep (< 10 min)",
-                              description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=DEMO_OUT, help=f"results folder (default {DEMO_OUT})")
-    p.add_argument("--steps", type=int, help=f"optimizer steps per run (default {DEMO_STEPS}: "
-                   f"{DEMO_TOKENS_PER_PARAMETER} tokens per parameter of the largest model)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="run-config override for every run")
-    p.add_argument("--workers", type=int, default=None,
-                   help=f"runs trained side by side, one torch thread each (default: the usable cores, at most "
-                        f"{DEMO_MAX_WORKERS})")
-    p.add_argument("--eval-limit", type=int, default=None,
-                   help="questions per synthetic task family in the closing evaluation (default: all 100)")
-    p.set_defaults(func=run_demo)

@@ -267,23 +267,3 @@ def print_table(rows: list[dict[str, Any]], metrics: list[str] | None = None, lo
     if not_done:
         log(f"({len(not_done)} run(s) not finished: " + ", ".join(
             f"{os.path.basename(r['run_dir'])} {r['status']}" for r in not_done) + ")")
-
-
-# ================================================================================================ CLI
-def _cmd_report(args) -> int:
-    if not os.path.isdir(args.run_dir):
-        raise ReportError(f"{args.run_dir} is not a folder (give the --out folder of a sweep)")
-    paths = write_report(args.run_dir, log=lambda *_: None)
-    print_table(collect_results(args.run_dir))
-    print()
-    for name, path in paths.items():
-        print(f"{name}: {path}")
-    return 0
-
-
-def register_cli(subparsers) -> None:
-    """Add ``depthbench report``."""
-    r = subparsers.add_parser("report",
-                              help="rebuild results.csv, the plot, report.md and report.html of a sweep folder")
-    r.add_argument("run_dir", help="the --out folder of a sweep")
-    r.set_defaults(func=_cmd_report)

@@ -15,7 +15,7 @@ from typing import Any
 
 from depthbench import atomic, registry, runs
 from depthbench.config import load_run_config
-from depthbench.shapes import _parse_count, get_shape, shape_for_budget
+from depthbench.shapes import get_shape, parse_count, shape_for_budget
 
 
 class SweepError(ValueError):
@@ -171,7 +171,7 @@ def budget_shapes(budget: int | str, depths: list[int], *, vocab_size: int = 502
     """
     text = str(budget).strip().lower()
     try:
-        n = _parse_count(text) if isinstance(budget, str) else int(budget)
+        n = parse_count(text) if isinstance(budget, str) else int(budget)
         if not depths:
             raise ValueError("--depths is required with --budget (e.g. --depths 4,8,16)")
         shapes = [shape_for_budget(n, depth, vocab_size=vocab_size, heads=heads, kv_heads=kv_heads, count=count)

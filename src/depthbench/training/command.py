@@ -1,5 +1,6 @@
 """``depthbench train`` and ``python -m depthbench.training``: the run config from a file, flags and dotted
-overrides, then :func:`depthbench.training.trainer.train`.
+overrides, then :func:`depthbench.training.trainer.train`; ``depthbench sft``: the flags as a
+:class:`depthbench.training.sft.SFTConfig`, then :func:`depthbench.training.sft.run_sft`.
 
     depthbench train -c src/depthbench/configs/demo.yaml --arch pre_ln --shape tiny-L4 --data runs/demo-data \\
         --output runs/demo train.max_steps=200 track.tensorboard=true
@@ -14,11 +15,8 @@ import argparse
 import json
 import sys
 
-import torch
-
 from depthbench.config import RunConfig, load_run_config
 from depthbench.errors import run_command
-from depthbench.training.trainer import train
 
 _DESCRIPTION = ("Pretraining with Accelerate: CPU, one GPU, DDP or FSDP2 (under torchrun / accelerate launch: "
                 "-m depthbench.training).")
@@ -72,9 +70,14 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return load_run_config(args.config, flags + list(args.overrides))
 
 
-def run_cli(args: argparse.Namespace) -> int:
+def _cmd_train(args: argparse.Namespace) -> int:
     """Entry point of ``depthbench train`` (0 also when stopped by a signal after checkpointing; errors and their
     exit codes: ``depthbench.errors``)."""
+    # imported here: the trainer loads torch, accelerate and transformers (`depthbench sft --help` stays fast)
+    import torch
+
+    from depthbench.training.trainer import train
+
     try:
         summary = train(config_from_args(args))
     finally:
@@ -90,16 +93,77 @@ def run_cli(args: argparse.Namespace) -> int:
     return 0
 
 
+# ================================================================================================ sft
+def sft_config_from_args(args: argparse.Namespace):
+    """The :class:`depthbench.training.sft.SFTConfig` of ``depthbench sft`` arguments."""
+    from depthbench.training.sft import SFTConfig
+
+    return SFTConfig(
+        checkpoint=args.checkpoint, output_dir=args.output, data=args.data, max_samples=args.max_samples,
+        shuffle_seed=args.shuffle_seed, max_seq_len=args.max_seq_len, epochs=args.epochs, max_steps=args.max_steps,
+        global_batch_size=args.global_batch_size, micro_batch_size=args.micro_batch_size, lr=args.lr,
+        weight_decay=args.weight_decay, betas=(args.beta1, args.beta2), eps=args.eps, warmup_ratio=args.warmup_ratio,
+        grad_clip=args.grad_clip, seed=args.seed, bf16={"auto": None, "yes": True, "no": False}[args.bf16],
+        use_cpu=args.cpu, trust_remote_code=args.trust_remote_code, logging_steps=args.logging_steps,
+        report_to=[r for r in args.report_to.split(",") if r], overwrite=args.overwrite,
+    )
+
+
+def _cmd_sft(args: argparse.Namespace) -> int:
+    from depthbench.training.sft import run_sft
+
+    run_sft(sft_config_from_args(args))
+    return 0
+
+
+def _add_sft(subparsers) -> None:
+    from depthbench.training.sft import SFTConfig
+
+    d = SFTConfig("", "")
+    p = subparsers.add_parser(
+        "sft", help="supervised fine-tuning (Commonsense170K recipe) with transformers.Trainer",
+        description="Fine-tune a checkpoint (any depthbench architecture or HF causal LM) with transformers.Trainer "
+                    "on instruction rows (instruction, input, output) with the study's Alpaca template, response-"
+                    "only loss and recipe; the output folder is a normal checkpoint.")
+    p.add_argument("checkpoint", help="model folder, run folder (uses final/) or Hub id")
+    p.add_argument("-o", "--output", required=True, help="output folder (refused if it holds a model, unless "
+                                                         "--overwrite)")
+    p.add_argument("--data", default=d.data, help=f"local .json/.jsonl file or Hub dataset id (default {d.data})")
+    p.add_argument("--max-samples", type=int, default=None, help="use the first N rows after shuffling")
+    p.add_argument("--shuffle-seed", type=int, default=d.shuffle_seed, help="data shuffle seed (default 42)")
+    p.add_argument("--max-seq-len", type=int, default=d.max_seq_len, help="tokens per sequence (default 512)")
+    p.add_argument("--epochs", type=float, default=d.epochs, help="epochs (default 3)")
+    p.add_argument("--max-steps", type=int, default=d.max_steps, help="optimizer steps; overrides --epochs if > 0")
+    p.add_argument("--global-batch-size", type=int, default=d.global_batch_size, help="sequences per step (128)")
+    p.add_argument("--micro-batch-size", type=int, default=d.micro_batch_size, help="per device (default 16)")
+    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (default 1e-4)")
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW weight decay (default 0.1)")
+    p.add_argument("--beta1", type=float, default=d.betas[0], help="AdamW beta1 (default 0.9)")
+    p.add_argument("--beta2", type=float, default=d.betas[1], help="AdamW beta2 (default 0.95)")
+    p.add_argument("--eps", type=float, default=d.eps, help="AdamW epsilon (default 1e-8)")
+    p.add_argument("--warmup-ratio", type=float, default=d.warmup_ratio, help="linear warmup fraction (0.03)")
+    p.add_argument("--grad-clip", type=float, default=d.grad_clip, help="max gradient norm (default 1.0)")
+    p.add_argument("--seed", type=int, default=d.seed, help="training seed (default 0)")
+    p.add_argument("--bf16", choices=["auto", "yes", "no"], default="auto", help="bf16 autocast (auto: bf16 GPU)")
+    p.add_argument("--cpu", action="store_true", help="train on the CPU even when a GPU is present")
+    p.add_argument("--logging-steps", type=int, default=d.logging_steps, help="log every N steps (default 10)")
+    p.add_argument("--report-to", default="none", help="Trainer trackers, comma-separated (default none)")
+    p.add_argument("--trust-remote-code", action="store_true", help="for checkpoints of other libraries' models")
+    p.add_argument("--overwrite", action="store_true", help="replace a model already in --output")
+    p.set_defaults(func=_cmd_sft)
+
+
 def register_cli(subparsers) -> None:
-    """Add the ``train`` sub-command to a ``depthbench`` argparse sub-parser set."""
+    """Add ``depthbench train`` and ``depthbench sft`` to a ``depthbench`` argparse sub-parser set."""
     parser = subparsers.add_parser("train", help="pretrain a model (Accelerate: CPU, GPU, DDP, FSDP2)",
                                    description=_DESCRIPTION)
     add_arguments(parser)
-    parser.set_defaults(func=run_cli)
+    parser.set_defaults(func=_cmd_train)
+    _add_sft(subparsers)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m depthbench.training`` (what ``torchrun`` / ``accelerate launch -m`` run): ``depthbench train``."""
     parser = argparse.ArgumentParser(prog="depthbench train", description=_DESCRIPTION)
     add_arguments(parser)
-    return run_command("train", run_cli, parser.parse_args(argv))
+    return run_command("train", _cmd_train, parser.parse_args(argv))

@@ -28,7 +28,6 @@ card naming the base model, ``sft_config.json`` (the settings) and ``sft_summary
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -290,57 +289,3 @@ def _training_arguments(cfg: SFTConfig, out: Path, world: int):
         bf16=bf16, use_cpu=not cuda, seed=cfg.seed, logging_steps=cfg.logging_steps, save_strategy="no",
         report_to=cfg.report_to, dataloader_num_workers=0, remove_unused_columns=False,
     )
-
-
-# ============================================================================================ CLI
-def config_from_args(args: argparse.Namespace) -> SFTConfig:
-    return SFTConfig(
-        checkpoint=args.checkpoint, output_dir=args.output, data=args.data, max_samples=args.max_samples,
-        shuffle_seed=args.shuffle_seed, max_seq_len=args.max_seq_len, epochs=args.epochs, max_steps=args.max_steps,
-        global_batch_size=args.global_batch_size, micro_batch_size=args.micro_batch_size, lr=args.lr,
-        weight_decay=args.weight_decay, betas=(args.beta1, args.beta2), eps=args.eps, warmup_ratio=args.warmup_ratio,
-        grad_clip=args.grad_clip, seed=args.seed, bf16={"auto": None, "yes": True, "no": False}[args.bf16],
-        use_cpu=args.cpu, trust_remote_code=args.trust_remote_code, logging_steps=args.logging_steps,
-        report_to=[r for r in args.report_to.split(",") if r], overwrite=args.overwrite,
-    )
-
-
-def _cmd_sft(args: argparse.Namespace) -> int:
-    run_sft(config_from_args(args))
-    return 0
-
-
-def register_cli(subparsers) -> None:
-    """Add ``depthbench sft``."""
-    d = SFTConfig("", "")
-    p = subparsers.add_parser(
-        "sft", help="supervised fine-tuning (Commonsense170K recipe) with transformers.Trainer",
-        description="Fine-tune a checkpoint (any depthbench architecture or HF causal LM) with transformers.Trainer "
-                    "on instruction rows (instruction, input, output) with the study's Alpaca template, response-"
-                    "only loss and recipe; the output folder is a normal checkpoint.")
-    p.add_argument("checkpoint", help="model folder, run folder (uses final/) or Hub id")
-    p.add_argument("-o", "--output", required=True, help="output folder (refused if it holds a model, unless "
-                                                         "--overwrite)")
-    p.add_argument("--data", default=d.data, help=f"local .json/.jsonl file or Hub dataset id (default {d.data})")
-    p.add_argument("--max-samples", type=int, default=None, help="use the first N rows after shuffling")
-    p.add_argument("--shuffle-seed", type=int, default=d.shuffle_seed, help="data shuffle seed (default 42)")
-    p.add_argument("--max-seq-len", type=int, default=d.max_seq_len, help="tokens per sequence (default 512)")
-    p.add_argument("--epochs", type=float, default=d.epochs, help="epochs (default 3)")
-    p.add_argument("--max-steps", type=int, default=d.max_steps, help="optimizer steps; overrides --epochs if > 0")
-    p.add_argument("--global-batch-size", type=int, default=d.global_batch_size, help="sequences per step (128)")
-    p.add_argument("--micro-batch-size", type=int, default=d.micro_batch_size, help="per device (default 16)")
-    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (default 1e-4)")
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW weight decay (default 0.1)")
-    p.add_argument("--beta1", type=float, default=d.betas[0], help="AdamW beta1 (default 0.9)")
-    p.add_argument("--beta2", type=float, default=d.betas[1], help="AdamW beta2 (default 0.95)")
-    p.add_argument("--eps", type=float, default=d.eps, help="AdamW epsilon (default 1e-8)")
-    p.add_argument("--warmup-ratio", type=float, default=d.warmup_ratio, help="linear warmup fraction (0.03)")
-    p.add_argument("--grad-clip", type=float, default=d.grad_clip, help="max gradient norm (default 1.0)")
-    p.add_argument("--seed", type=int, default=d.seed, help="training seed (default 0)")
-    p.add_argument("--bf16", choices=["auto", "yes", "no"], default="auto", help="bf16 autocast (auto: bf16 GPU)")
-    p.add_argument("--cpu", action="store_true", help="train on the CPU even when a GPU is present")
-    p.add_argument("--logging-steps", type=int, default=d.logging_steps, help="log every N steps (default 10)")
-    p.add_argument("--report-to", default="none", help="Trainer trackers, comma-separated (default none)")
-    p.add_argument("--trust-remote-code", action="store_true", help="for checkpoints of other libraries' models")
-    p.add_argument("--overwrite", action="store_true", help="replace a model already in --output")
-    p.set_defaults(func=_cmd_sft)

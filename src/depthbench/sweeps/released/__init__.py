@@ -2,7 +2,7 @@
 
     depthbench released eval --arch pre_ln,hc,attnres --size 400M --data data/heldout -o runs/released-400m
 
-Each selected release (:mod:`depthbench.hub.released`) is one "run" of a sweep-like folder, so ``depthbench
+Each selected release (:mod:`depthbench.hub.catalogue`) is one "run" of a sweep-like folder, so ``depthbench
 report``, ``depthbench eval`` and ``depthbench analyze`` work on it as on a sweep::
 
     OUT/sweep.json                  kind "released": the selection so far and the measurement settings

@@ -11,6 +11,7 @@ conversions are kept in ``$HF_HOME/depthbench/converted`` (``--cache-dir`` to ch
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 
@@ -38,16 +39,22 @@ def _selection(args: argparse.Namespace) -> dict:
     return {"archs": args.arch, "sizes": args.size, "depths": args.depth, "tiers": args.tier}
 
 
-def _cmd_list(args: argparse.Namespace) -> int:
-    from depthbench.hub.released import Catalogue, format_listing
+def _cmd_released(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``depthbench released`` without ``list`` / ``eval``: its help, exit code 2."""
+    parser.print_help()
+    return 2
+
+
+def _cmd_released_list(args: argparse.Namespace) -> int:
+    from depthbench.hub.catalogue import Catalogue, format_listing
 
     releases = Catalogue.load(args.catalogue).select(**_selection(args))
     print(json.dumps([r.record() for r in releases], indent=1) if args.json else format_listing(releases))
     return 0
 
 
-def _cmd_eval(args: argparse.Namespace) -> int:
-    from depthbench.hub.released import Catalogue
+def _cmd_released_eval(args: argparse.Namespace) -> int:
+    from depthbench.hub.catalogue import Catalogue
     from depthbench.sweeps.released.measure import Hub, Measurement, Tasks, evaluate_releases
     from depthbench.sweeps.released.selection import select_targets
 
@@ -91,7 +98,7 @@ def register_cli(subparsers) -> None:
                                     "(d, L, d/L), peak LR, final step and where each fact was read.")
     _add_selection(ls)
     ls.add_argument("--json", action="store_true", help="print the entries as JSON (with their sources and notes)")
-    ls.set_defaults(func=_cmd_list)
+    ls.set_defaults(func=_cmd_released_list)
     ev = sub.add_parser("eval", help="convert releases and re-measure their held-out loss (and lm-eval tasks)",
                         description="Convert each selected release once (depthbench.from_released, cached), measure "
                                     "its held-out loss on --data (prepared with the release's tokenizer) and the "
@@ -118,5 +125,5 @@ def register_cli(subparsers) -> None:
     ev.add_argument("--readout", choices=["sum", "sum_norm"],
                     help="HC/mHC stream readout of the releases (default: decided per release from the evidence, as "
                          "depthbench convert does)")
-    ev.set_defaults(func=_cmd_eval)
-    p.set_defaults(func=lambda args: p.print_help() or 2)
+    ev.set_defaults(func=_cmd_released_eval)
+    p.set_defaults(func=functools.partial(_cmd_released, parser=p))

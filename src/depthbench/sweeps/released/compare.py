@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from depthbench import atomic, runs
-from depthbench.hub.released import load_published, published_loss, published_nll
+from depthbench.hub.catalogue import load_published, published_loss, published_nll
 
 SECTION = "published"
 DOMAIN_LABELS = {"coding": "Coding", "stem": "STEM", "math": "Math"}

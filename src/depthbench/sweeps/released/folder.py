@@ -8,7 +8,7 @@ import shutil
 from typing import Any
 
 from depthbench import atomic, runs
-from depthbench.hub.released import CatalogueError, unique
+from depthbench.hub.catalogue import CatalogueError, unique
 from depthbench.sweeps.released.selection import Target
 
 KIND = "released"

@@ -9,7 +9,7 @@ from typing import Any
 
 from depthbench import atomic, runs
 from depthbench.errors import Failed
-from depthbench.hub.released import CatalogueError, load_published, published_loss
+from depthbench.hub.catalogue import CatalogueError, load_published, published_loss
 from depthbench.sweeps.released.selection import Target
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from depthbench import runs
-from depthbench.hub.released import Catalogue, CatalogueError, Release
+from depthbench.hub.catalogue import Catalogue, CatalogueError, Release
 
 
 @dataclass(frozen=True)

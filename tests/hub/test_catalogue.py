@@ -1,4 +1,4 @@
-"""The catalogue of the study's released checkpoints and its published figures (``depthbench.hub.released``,
+"""The catalogue of the study's released checkpoints and its published figures (``depthbench.hub.catalogue``,
 ``depthbench released list``).
 
 The catalogue is checked against the study's own text, copied here as test data: the checkpoint table of its
@@ -7,7 +7,7 @@ and its example repository name; the published losses against the numbers the st
 prose (index.html, "Main results"), which are independent of the site's data tables the figures were taken from.
 Filters, their errors (what exists is listed) and the command line (table, JSON, exit codes) are covered too.
 
-Run: ``python -m pytest tests/hub/test_released.py -q``
+Run: ``python -m pytest tests/hub/test_catalogue.py -q``
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import re
 import pytest
 
 from depthbench.cli import main
-from depthbench.hub.released import Catalogue, CatalogueError, load_published, published_loss, published_nll
+from depthbench.hub.catalogue import Catalogue, CatalogueError, load_published, published_loss, published_nll
 from depthbench.registry import ARCHITECTURES
 from depthbench.repo_names import parse_repo_name
 from tests.helpers import REPO_ROOT
