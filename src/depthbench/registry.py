@@ -1,7 +1,7 @@
 """The architecture registry: the one table that lists depthbench's architectures.
 
 Tests, the CLI, the shape calculator, the trainer and the model cards read this table; nothing else lists
-architectures. Adding an architecture = one ``modeling/modeling_<id>.py`` file + one line in ``_TABLE``.
+architectures. Adding an architecture, every step and what checks it: docs/design.md#adding-an-architecture.
 
     >>> from depthbench.registry import get, build_model
     >>> model = build_model("pre_ln", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,

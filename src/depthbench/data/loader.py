@@ -66,8 +66,8 @@ def verify_data(data_dir: str, splits: Iterable[str] | None = None, *, force: bo
     Incremental and cached: a shard hashed before is skipped while its path, size, modification time and expected
     hash are unchanged (the cache is ``data_dir/.verified.json``, or ``~/.cache/depthbench/verified/`` for a
     read-only folder, updated after every shard so an interrupted check keeps its progress). ``force`` hashes
-    every shard again. Cost: one sequential read and sha256 of each new or changed shard (measured figures in the
-    README's safety section); cached shards cost one ``stat``.
+    every shard again. Cost: one sequential read and sha256 of each new or changed shard (measured figures in
+    docs/reliability.md#data-checks); cached shards cost one ``stat``.
 
     Returns:
         ``{shard file: {"sha256", "bytes", "mtime_ns", "max_id"}}`` for the checked shards.

@@ -33,8 +33,8 @@ pre-hook; the last block's at its exit). That is where the readout's parameters 
 whose parameters belong to that block's shard; the final consumer's belong to the root, gathered for the whole
 forward. Hooks (a forward hook and a forward pre-hook per block, a tensor hook per block output) exist only inside
 :meth:`LayerStats.capture`; outside it the model runs without any hook. Under activation checkpointing the block
-forward runs again during backward; those re-computations are not counted. Measured overhead: the README's
-benchmark section.
+forward runs again during backward; those re-computations are not counted. Measured overhead:
+docs/training.md#training-overhead.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ A non-finite loss raises :class:`NonFiniteLossError` (the last good checkpoint i
 Stop signals (SIGTERM, SIGINT, ``train.preempt_signal`` = SIGUSR1 by default) to any or all ranks: every rank
 finishes the current step, one checkpoint is written by all, status "stopped", exit 0. Resume continues from
 ``checkpoints/latest`` (or the newest complete checkpoint when the pointer is missing), also with another number of
-processes or micro-batch size. What exactly is guaranteed: the README's "Safety and reliability" section.
+processes or micro-batch size. What exactly is guaranteed: docs/reliability.md#what-is-guaranteed.
 
 The run folder (``output_dir``) and its files: :mod:`depthbench.runs`.
 
