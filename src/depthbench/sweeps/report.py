@@ -89,9 +89,8 @@ def render_report(rows: list[dict[str, Any]], metrics: list[str], plot_name: str
         spec.get("lrs", [])) * len(spec.get("seeds", [])) or len(rows)
     lines += [f"{n_done} of {n_planned} runs finished" + (f", {n_div} diverged" if n_div else "")
               + (f", {n_planned - len(rows)} not started" if n_planned > len(rows) else "") + ". "
-              "Each (architecture, shape) is shown at its best learning rate (lowest mean held-out loss over seeds, "
-              "`eval_loss`). Losses are mean next-token cross-entropy in nats/token on held-out data; lower is "
-              "better.", ""]
+              + _lr_sentence(rows) + " Losses are mean next-token cross-entropy in nats/token on held-out data; "
+              "lower is better.", ""]
     if spec.get("notes"):
         lines += [spec["notes"].strip(), ""]
     if spec:
@@ -109,6 +108,15 @@ def render_report(rows: list[dict[str, Any]], metrics: list[str], plot_name: str
     for r in sorted(rows, key=row_order):
         lines.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _lr_sentence(rows: list[dict[str, Any]]) -> str:
+    """How the points' learning rate was chosen: one for every run, or each point's best."""
+    lrs = sorted({r["lr"] for r in rows if r.get("lr") is not None})
+    if len(lrs) == 1:
+        return f"Every run has the same peak learning rate, {lrs[0]:g} (no learning-rate sweep)."
+    return ("Each (architecture, shape) is shown at its best learning rate (lowest mean held-out loss over seeds, "
+            "`eval_loss`).")
 
 
 def _setup_lines(spec: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
