@@ -25,7 +25,7 @@ from depthbench.cli import main as cli_main
 from depthbench.config import load_run_config, parse_override
 from depthbench.sweeps import command as sweep_command
 from depthbench.sweeps import results as results_mod
-from depthbench.sweeps.report import write_report
+from depthbench.sweeps.report import VERDICTS, write_report
 from depthbench.sweeps.results import collect_results
 from depthbench.sweeps.runner import run_sweep
 from depthbench.sweeps.slurm import emit_slurm
@@ -142,7 +142,7 @@ def test_report_md_and_plot(sweep_dir):
             change = pts[1]["mean"] - pts[0]["mean"]
             line = (f"| {arch} | {results_mod.metric_label(metric)} | L2, 16.0 | L4, 8.0 | {pts[0]['mean']:.4f} | "
                     f"{pts[1]['mean']:.4f} | {change:+.4f} | {100 * change / pts[0]['mean']:+.1f}% | "
-                    "one seed: no spread to compare |")
+                    f"{VERDICTS['one seed']} |")
             assert line in report, line
     assert "8 of 8 runs finished" in report
     assert report.count("\n| pre_ln | tiny-L") == 2 + 4  # best-LR table (2 shapes) + all runs (4)

@@ -21,6 +21,7 @@ from typing import Any
 
 from depthbench import atomic, runs
 from depthbench.sweeps.plots import plot_loss_vs_aspect_ratio
+from depthbench.sweeps.report_study import study_section
 from depthbench.sweeps.results import (
     COLUMNS,
     SPREAD_RULE,
@@ -99,6 +100,8 @@ def render_report(rows: list[dict[str, Any]], metrics: list[str], plot_name: str
         lines += [f"![held-out loss vs aspect ratio]({plot_name})", ""]
     lines += _best_lr_table(rows, metrics)
     lines += _changes_section(rows, metrics)
+    if spec.get("kind") != "released":  # a released folder has the study's own figures beside each point
+        lines += study_section(rows, metrics, spec)
     lines += _rankings_section(rows, metrics)
     lines += ["", "## All runs", ""]
     cols = ["arch", "shape", "num_layers", "hidden_size", "aspect_ratio", "params_total", "lr", "seed", "steps",
@@ -161,9 +164,12 @@ def _best_lr_table(rows: list[dict[str, Any]], metrics: list[str]) -> list[str]:
     return lines
 
 
-VERDICTS = {"lower": "deeper is better, beyond the seed spread", "higher": "deeper is worse, beyond the seed spread",
-            "within": "within the seed spread", "one seed": "one seed: no spread to compare"}
-"""How the report words each verdict of ``depthbench.sweeps.results.spread_verdict``."""
+VERDICTS = {"lower": "better (beyond)", "higher": "worse (beyond)", "within": "within",
+            "one seed": "one seed (no spread)"}
+"""How the changes table words each verdict of ``depthbench.sweeps.results.spread_verdict`` (deep against shallow)."""
+SUMMARY = {"higher": "Deeper is worse, beyond the seed spread", "lower": "Deeper is better, beyond the seed spread",
+           "within": "Within the seed spread", "one seed": "One seed, no spread to compare"}
+"""The sentence openings of the summary under the changes table, one sentence per verdict."""
 
 
 def _changes_section(rows: list[dict[str, Any]], metrics: list[str]) -> list[str]:
@@ -174,21 +180,47 @@ def _changes_section(rows: list[dict[str, Any]], metrics: list[str]) -> list[str
              "Change = mean loss of the deepest shape minus that of the shallowest, at the same parameter budget "
              "(negative = deeper is better); in brackets each point's seed spread (min-max over its seeds).", "",
              "| arch | metric | shallowest (L, d/L) | deepest (L, d/L) | shallow | deep | change | relative | "
-             "against the seed spread |", "|---|---|---|---|---:|---:|---:|---:|---|"]
+             "deeper, against the seed spread |", "|---|---|---|---|---:|---:|---:|---:|---|"]
     for c in changes:
         a, b = c["shallow"], c["deep"]
         lines.append(f"| {c['arch']} | {metric_label(c['metric'])} | L{a['num_layers']}, {a['aspect_ratio']:.1f} | "
                      f"L{b['num_layers']}, {b['aspect_ratio']:.1f} | {_mean_range(a)} | {_mean_range(b)} | "
                      f"{c['change']:+.4f} | {100 * c['relative']:+.1f}% | {VERDICTS[c['verdict']]} |")
     if changes:
-        lines += ["", "In words:", ""]
-        for arch in sorted({c["arch"] for c in changes}):
-            mine = [c for c in changes if c["arch"] == arch]
-            lines.append(f"- **{arch}** (L{mine[0]['shallow']['num_layers']} \u2192 L{mine[0]['deep']['num_layers']}): "
-                         + "; ".join(f"{metric_label(c['metric'])} {c['change']:+.4f}, {VERDICTS[c['verdict']]}"
-                                     for c in mine) + ".")
+        lines += ["", "In words:", "", *_summary(changes, metrics)]
         lines += ["", f"**The rule.** {SPREAD_RULE}"]
     return lines
+
+
+def _summary(changes: list[dict[str, Any]], metrics: list[str]) -> list[str]:
+    """One sentence per verdict (each said once): the architectures and metrics it holds for, with their changes;
+    "on every metric" / "every architecture" where it holds for all of them."""
+    archs = sorted({c["arch"] for c in changes})
+    out = []
+    for verdict in ("higher", "lower", "within", "one seed"):
+        mine = [c for c in changes if c["verdict"] == verdict]
+        if not mine:
+            continue
+        values = [c["change"] for c in mine]
+        span = (f"{min(values):+.4f}" if len(values) == 1 else f"{min(values):+.4f} to {max(values):+.4f}")
+        if len(mine) == len(changes):
+            who = ("every architecture" if len(archs) > 1 else f"**{archs[0]}**") + (
+                ", on every metric" if len(metrics) > 1 else "")
+            out.append(f"- {SUMMARY[verdict]}: {who} (changes {span} nats/token).")
+            continue
+        parts = []
+        for arch in archs:
+            own = [c for c in mine if c["arch"] == arch]
+            if not own:
+                continue
+            if len(own) == len(metrics) > 1:
+                each = ", ".join(f"{c['change']:+.4f}" for c in own)
+                parts.append(f"**{arch}** on every metric ({each})")
+            else:
+                parts.append(f"**{arch}** on " + ", ".join(f"{metric_label(c['metric'])} ({c['change']:+.4f})"
+                                                         for c in own))
+        out.append(f"- {SUMMARY[verdict]}: " + "; ".join(parts) + ".")
+    return out
 
 
 def _rankings_section(rows: list[dict[str, Any]], metrics: list[str]) -> list[str]:
