@@ -51,7 +51,8 @@ def write_report(out_dir: str, *, log: Callable[..., None] = print, plot: bool =
         COLUMNS[COLUMNS.index("eval_loss"):] + ["run_dir"]
     paths = {k: os.path.join(out_dir, name) for k, name in
              [("csv", "results.csv"), ("jsonl", "results.jsonl"), ("plot", "loss_vs_aspect_ratio.png")]}
-    order = sorted(rows, key=row_order)
+    # run folders relative to the sweep folder: the files are shared (the report repository carries results.csv)
+    order = [{**r, "run_dir": _relative(r["run_dir"], out_dir)} for r in sorted(rows, key=row_order)]
     table = io.StringIO(newline="")
     writer = csv.DictWriter(table, fieldnames=columns, extrasaction="ignore")
     writer.writeheader()
@@ -61,7 +62,7 @@ def write_report(out_dir: str, *, log: Callable[..., None] = print, plot: bool =
     plotted = (plot_loss_vs_aspect_ratio(rows, paths["plot"], metrics=metrics) if plot
                else os.path.exists(paths["plot"]))
     text = render_report(rows, metrics, plot_name=os.path.basename(paths["plot"]) if plotted else None,
-                         spec=runs.sweep_definition(out_dir))
+                         spec=runs.sweep_definition(out_dir), folder=out_dir)
     if not plotted:
         paths.pop("plot")
     # the evaluation section is rebuilt from its own files (`depthbench eval` wrote them); the analyses' section
@@ -80,8 +81,10 @@ def write_report(out_dir: str, *, log: Callable[..., None] = print, plot: bool =
 
 
 def render_report(rows: list[dict[str, Any]], metrics: list[str], plot_name: str | None,
-                  spec: dict[str, Any] | None = None) -> str:
-    """The markdown report: setup, plot, best-LR table, loss change shallow -> deep, all runs."""
+                  spec: dict[str, Any] | None = None, folder: str | None = None) -> str:
+    """The markdown report: setup, plot, best-LR table, loss change shallow -> deep, the study beside, all runs.
+    Paths are written relative to the sweep ``folder`` (a folder outside it by its name only): the report is
+    shared, and a local absolute path means nothing to its reader."""
     spec = spec or {}
     lines = [f"# Aspect-ratio sweep{': ' + spec['name'] if spec.get('name') else ''}", ""]
     n_done = sum(r["status"] == "finished" for r in rows)
@@ -95,7 +98,7 @@ def render_report(rows: list[dict[str, Any]], metrics: list[str], plot_name: str
     if spec.get("notes"):
         lines += [spec["notes"].strip(), ""]
     if spec:
-        lines += _setup_lines(spec, rows)
+        lines += _setup_lines(spec, rows, folder)
     if plot_name:
         lines += [f"![held-out loss vs aspect ratio]({plot_name})", ""]
     lines += _best_lr_table(rows, metrics)
@@ -122,7 +125,7 @@ def _lr_sentence(rows: list[dict[str, Any]]) -> str:
             "`eval_loss`).")
 
 
-def _setup_lines(spec: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+def _setup_lines(spec: dict[str, Any], rows: list[dict[str, Any]], folder: str | None = None) -> list[str]:
     """The setup section: architectures, shapes, LRs and seeds, the recipe with its tokens per parameter, the data."""
     base = spec.get("base") or {}
     train, data, optim = base.get("train") or {}, base.get("data") or {}, base.get("optim") or {}
@@ -139,9 +142,30 @@ def _setup_lines(spec: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
             + (f" ({tokens[0]:,} tokens per run{_tokens_per_param(finished)})" if len(tokens) == 1 else "")
             + f", AdamW wd {optim.get('weight_decay', 0.1)}, warmup {optim.get('warmup_fraction', 0.1):g}, "
             f"cosine to {optim.get('min_lr_ratio', 0.1):g} x peak, clip {optim.get('grad_clip', 1.0):g}",
-            f"- data: `{data.get('data_dir', '?')}`",
+            f"- data: {_data_text(data.get('data_dir'), folder)}",
             *([f"- overrides: `{' '.join(spec['overrides'])}`"] if spec.get("overrides") else []),
             ""]
+
+
+def _relative(path: str | None, folder: str) -> str | None:
+    """``path`` relative to ``folder`` when it lies inside it (else unchanged)."""
+    if not path:
+        return path
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(folder))
+    return rel if rel != ".." and not rel.startswith(".." + os.sep) else path
+
+
+def _data_text(data_dir: str | None, folder: str | None) -> str:
+    """The data folder as the report names it: relative to the sweep folder when inside it, else by its name
+    (never a local absolute path)."""
+    if not data_dir:
+        return "?"
+    rel = _relative(data_dir, folder) if folder else data_dir
+    if rel != data_dir:
+        return f"`{rel}` (in the sweep folder)"
+    if os.path.isabs(data_dir):
+        return f"`{os.path.basename(os.path.normpath(data_dir))}` (a prepared folder outside the sweep folder)"
+    return f"`{data_dir}`"
 
 
 def _best_lr_table(rows: list[dict[str, Any]], metrics: list[str]) -> list[str]:
