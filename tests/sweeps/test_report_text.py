@@ -122,3 +122,8 @@ def test_the_demo_report_s_tokens_per_parameter_are_the_run_s(tmp_path, steps):
     tpp = [r["tokens_per_param"] for r in rows]
     claims = re.findall(r"([\d.]+) tokens per parameter", report)
     assert claims and all(min(tpp) - 0.05 <= float(c) <= max(tpp) + 0.05 for c in claims), claims
+
+
+def test_the_train_loss_of_one_run_is_labelled_as_one_batch():
+    report = report_of(make_rows(DEMO_SHAPES, WORSE))
+    assert "| final_train_loss (last batch) |" in report and "loss of the run's last training batch" in report

@@ -110,10 +110,17 @@ def render_report(rows: list[dict[str, Any]], metrics: list[str], plot_name: str
     cols = ["arch", "shape", "num_layers", "hidden_size", "aspect_ratio", "params_total", "lr", "seed", "steps",
             "tokens", "tokens_per_param", "final_train_loss", *metrics, "at_best_lr", "wall_time_s", "tokens_per_s",
             "status"]
-    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    heads = [HEADS.get(c, c) for c in cols]
+    lines += ["Per run; `final_train_loss` is the loss of the run's last training batch (one batch, so noisier "
+              "than the held-out losses beside it).", "",
+              "| " + " | ".join(heads) + " |", "|" + "---|" * len(cols)]
     for r in sorted(rows, key=row_order):
         lines.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
     return "\n".join(lines) + "\n"
+
+
+HEADS = {"final_train_loss": "final_train_loss (last batch)"}
+"""Column headers of the all-runs table that say more than the column's name."""
 
 
 def _lr_sentence(rows: list[dict[str, Any]]) -> str:
