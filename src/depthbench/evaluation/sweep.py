@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -130,19 +129,15 @@ def _metric_table(rows: list[dict[str, Any]], task: str, metric: str, depths: li
 
 
 def synthetic_chance() -> dict[str, float]:
-    """Chance accuracy of the synthetic multiple-choice tasks, from their questions (the installed
-    ``depthbench_synthetic/data/test.jsonl``): per family task the mean of 1 / (number of options), and for the
-    group ``depthbench_synthetic`` the unweighted mean over the families (as the group aggregates them)."""
-    from depthbench.evaluation.harness import tasks_dir
+    """Chance accuracy of the synthetic multiple-choice tasks, from their questions (read by the task's own
+    ``read_rows``, the installed ``depthbench_synthetic/data/test.jsonl``): per family task the mean of
+    1 / (number of options), and for the group ``depthbench_synthetic`` the unweighted mean over the families (as the
+    group aggregates them)."""
+    from depthbench.eval_tasks.depthbench_synthetic.utils import read_rows
 
-    path = tasks_dir() / "depthbench_synthetic" / "data" / "test.jsonl"
-    if not path.is_file():
-        return {}
     per_family: dict[str, list[float]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            row = json.loads(line)
-            per_family.setdefault(f"{SYNTHETIC_FAMILY}{row['task']}", []).append(1 / len(row["choices"]))
+    for row in read_rows("test"):
+        per_family.setdefault(f"{SYNTHETIC_FAMILY}{row['task']}", []).append(1 / len(row["choices"]))
     chance = {task: sum(v) / len(v) for task, v in per_family.items()}
     if chance:
         chance["depthbench_synthetic"] = sum(chance.values()) / len(chance)
