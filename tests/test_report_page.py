@@ -3,7 +3,8 @@ right HTML (parsed back with the standard library's ``html.parser``), figures ar
 refers to the network, the table sort orders numbers, ranges and names as a reader expects (the page's own script
 run by Node), and the page renders in a real headless Chromium: a click on a header sorts the table in the DOM, every
 figure decodes, and at phone width the tables scroll inside their boxes while the page itself does not scroll
-sideways. The Node and Chromium tests skip where those programs are missing (CI installs Chromium with
+sideways, while at 1400 and 1920 px a real report's conclusion columns (the mean loss, the verdict) are in view
+without a scrollbar. The Node and Chromium tests skip where those programs are missing (CI installs Chromium with
 ``.ci/browser.sh``; ``DEPTHBENCH_CHROMIUM`` names another binary).
 
 Run: ``python -m pytest tests/test_report_page.py -q``
@@ -267,10 +268,53 @@ def test_page_renders_sorts_and_fits_in_a_browser(folder, width):
 def test_screenshots_at_desktop_and_phone_width(folder, tmp_path):
     page = folder / "report.html"
     page.write_text(render_page(MARKDOWN + WIDE, str(folder)))
-    for width in (1280, 390):
+    for width in (1920, 1400, 1280, 390):
         shot = tmp_path / f"shot-{width}.png"
         proc = run_browser(page.as_uri(), f"--window-size={width},1200", f"--screenshot={shot}")
         assert proc.returncode == 0 and shot.is_file(), proc.stderr[-2000:]
         data = shot.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n"
         assert struct.unpack(">II", data[16:24]) == (width, 1200)  # IHDR: the screenshot has the window's size
+
+
+VERDICT_PROBE = """
+<script>
+window.addEventListener("load", () => {
+  const tables = Array.from(document.querySelectorAll(".table-wrap"), wrap => {
+    const heads = wrap.querySelectorAll("thead th"), last = heads[heads.length - 1];
+    return {last: last.textContent, scroll: wrap.scrollWidth, client: wrap.clientWidth,
+            right: last.getBoundingClientRect().right};
+  });
+  document.body.setAttribute("data-probe", JSON.stringify({tables, page: [document.documentElement.scrollWidth,
+                                                                          window.innerWidth]}));
+});
+</script>
+"""
+
+
+@pytest.mark.parametrize("width", [1400, 1920, 390])
+def test_the_conclusion_columns_are_in_view_at_desktop_widths(tmp_path, width):
+    """A real report's tables (rendered by depthbench.sweeps.report): at desktop widths the best-LR table (its last
+    column the mean loss) and the loss-change table (its last column the verdict) fit in the window without a
+    scrollbar of their own; at phone width the page still never scrolls sideways."""
+    from depthbench.sweeps.report import render_report
+    from depthbench.sweeps.results import result_metrics
+    from tests.sweeps.test_report_text import DEMO_SHAPES, WORSE, make_rows
+
+    rows = make_rows(DEMO_SHAPES, WORSE)
+    text = render_report(rows, result_metrics(rows), None, spec={"name": "demo", "archs": list(WORSE)})
+    page = tmp_path / "report.html"
+    page.write_text(render_page(text, str(tmp_path)).replace("</body>", VERDICT_PROBE + "</body>"))
+    proc = run_browser(page.as_uri(), f"--window-size={width},900", "--virtual-time-budget=3000", "--dump-dom")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    attrs = next(a for t, a in parse(proc.stdout).tags if t == "body")
+    result = json.loads(attrs["data-probe"])
+    page_width, viewport = result["page"]
+    assert page_width <= viewport
+    if width < 640:
+        return
+    conclusions = {t["last"]: t for t in result["tables"]
+                   if t["last"] in ("mean of the eval splits (eval_loss)", "deeper, against the seed spread")}
+    assert len(conclusions) == 2, [t["last"] for t in result["tables"]]
+    for name, t in conclusions.items():
+        assert t["scroll"] <= t["client"] and t["right"] <= viewport, (name, t)

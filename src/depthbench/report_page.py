@@ -8,7 +8,8 @@
 ``data:`` URIs (PNG, SVG, JPEG), so the file can be mailed or opened from anywhere; nothing is fetched from a network.
 Every table is sortable (click a column header: ascending, then descending; numbers sort as numbers, ``5.1 (5.0-5.2)``
 by its leading number, names naturally), scrolls sideways inside its own box on a narrow screen, and the page follows
-the reader's light or dark colour scheme.
+the reader's light or dark colour scheme. On a desktop screen the page takes the window's width (prose stays at a
+reading width; headers wrap), so a table's last columns, where a report puts its conclusion, are in view.
 
 Everything here is plain Python (no torch, no matplotlib).
 """
@@ -163,7 +164,7 @@ STYLE = """
 * { box-sizing: border-box; }
 body { margin: 0; color: var(--fg); background: var(--bg);
   font: 16px/1.55 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
-main { max-width: 72rem; margin: 0 auto; padding: 1rem 1.25rem 3rem; }
+main { max-width: 125rem; margin: 0 auto; padding: 1rem 1.25rem 3rem; }
 h1 { font-size: 1.7rem; line-height: 1.25; margin: .5rem 0 1rem; }
 h2 { font-size: 1.3rem; margin: 2.2rem 0 .8rem; padding-bottom: .25rem; border-bottom: 1px solid var(--line); }
 h3 { font-size: 1.1rem; margin: 1.6rem 0 .6rem; }
@@ -182,13 +183,13 @@ figure.zoomed img { max-width: none; cursor: zoom-out; }
 figcaption { color: var(--muted); font-size: .85rem; margin-top: .3rem; }
 .table-wrap { overflow-x: auto; -webkit-overflow-scrolling: touch; margin: .8rem 0 1.2rem; width: fit-content;
   max-width: 100%; border: 1px solid var(--line); border-radius: 8px; }
-table { border-collapse: collapse; font-size: .88rem; width: max-content; }
+table { border-collapse: collapse; font-size: .88rem; }
 th, td { padding: .35rem .65rem; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
 td { max-width: 28rem; }
 tbody tr:last-child td { border-bottom: 0; }
 tbody tr:nth-child(even) { background: var(--head); }
 .num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
-thead th { background: var(--head); white-space: nowrap; }
+thead th { background: var(--head); vertical-align: bottom; }
 th button { all: unset; cursor: pointer; font-weight: 600; }
 th button:focus-visible { outline: 2px solid var(--accent); outline-offset: 2px; }
 th[aria-sort="ascending"] button::after { content: " \\25B2"; font-size: .7em; }

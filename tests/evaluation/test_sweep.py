@@ -89,3 +89,31 @@ def test_no_evaluated_run_removes_the_section(tmp_path):
     assert write_sweep_eval_report(str(sweep), log=lambda *a: None) == {"report": str(sweep / "report.md")}
     assert not (sweep / "sections" / "evaluation.md").exists()
     assert (sweep / "report.md").read_text() == "the results section\n"
+
+
+def test_accuracy_tables_say_chance_and_sampling_error_once_each(tmp_path):
+    """acc_norm equal to acc is not a second table; chance (from the questions' options) and one run's sampling
+    error at 100 questions are stated; a family below chance at every point is remarked."""
+    sweep = tmp_path / "sweep"
+    (sweep / "runs").mkdir(parents=True)
+    (sweep / "sweep.json").write_text("{}")
+    for arch, L, d in (("hc", 2, 64), ("hc", 8, 32), ("pre_ln", 2, 64), ("pre_ln", 8, 32)):
+        run = _run(sweep, arch, L, d, 0.3, evaluated=False)
+        table = {"depthbench_synthetic_mc_pointer": {"acc,none": 0.31, "acc_norm,none": 0.31, "sample_len": 100},
+                 "depthbench_synthetic_mc_arithmetic": {"acc,none": 0.12, "acc_norm,none": 0.12, "sample_len": 100}}
+        (run / "eval").mkdir()
+        (run / "eval" / "results.json").write_text(json.dumps({"results": table}))
+    write_sweep_eval_report(str(sweep), log=lambda *a: None)
+    section = (sweep / "sections" / "evaluation.md").read_text()
+    assert "`acc_norm` (higher is better)" not in section and "`acc_norm` equals `acc` on every run" in section
+    rows = [json.loads(line) for line in (Path(__file__).parents[2] / "eval_tasks" / "depthbench_synthetic" /
+                                          "data" / "test.jsonl").read_text().splitlines() if line.strip()]
+    chance = 1 / len(rows[0]["choices"])
+    assert {len(r["choices"]) for r in rows} == {4} and chance == 0.25
+    se = (chance * (1 - chance) / 100) ** 0.5  # binomial standard error of one run's accuracy at chance
+    assert section.count(f"Chance is {chance:.2f}; with 100 questions per run") == 2
+    assert f"\u00b1{se:.3f}" in section and f"{se:.3f}" == "0.043"
+    arithmetic = section.split("**depthbench_synthetic_mc_arithmetic** `acc`")[1].split("**depthbench")[0]
+    assert "**Below chance at every point** (means 0.120\u20130.120)" in arithmetic
+    assert "4 of 4 points are more than two sampling errors below chance" in arithmetic
+    assert "Below chance" not in section.split("**depthbench_synthetic_mc_pointer** `acc`")[1]

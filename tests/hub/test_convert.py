@@ -282,7 +282,7 @@ def test_converted_model_is_republished_as_name_hf(tmp_path):
         api = HfApi(endpoint=hub.url, token="hf_write_token")
         result = publish(out, api=api, out=io.StringIO())
         (repo,) = result["repos"]
-        assert repo == "aspect-ratio-scaling/keel-lr2e-3-llama-400M-L3-pretrain-hf"
+        assert repo == "tester/keel-lr2e-3-llama-400M-L3-pretrain-hf"  # the token's user: the default namespace
         files = hub.files(repo)
     assert b"keel-lr2e-3-llama-400M-L3-pretrain" in files["README.md"] and "model.safetensors" in files
     assert json.loads(files["depthbench_conversion.json"])["arch"] == "keel"

@@ -29,6 +29,7 @@ from tests.helpers import TINY_FIELDS, make_train_data
 from tests.hub.hub_server import HubServer
 
 ORG = "aspect-ratio-scaling"
+USER = "tester"  # the user of the loopback Hub's write tokens (whoami), the default namespace
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +105,7 @@ def test_checkpoint_exports_carry_cards(tiny_run):
 # ================================================================================================ publish
 def test_dry_run_prints_the_plan_and_writes_nothing(tiny_run, hub):
     out = io.StringIO()
-    result = pub.publish(str(tiny_run), revisions=True, dry_run=True, api=api_for(hub, None), out=out)
+    result = pub.publish(str(tiny_run), revisions=True, dry_run=True, org=ORG, api=api_for(hub, None), out=out)
     text = out.getvalue()
     (repo,) = result["repos"]
     assert repo == f"{ORG}/hc-lr3e-3-llama-{repo.split('-llama-')[1].split('-')[0]}-L2-pretrain"
@@ -195,23 +196,60 @@ def test_publish_with_revisions_round_trips_and_republishes_only_changes(tiny_ru
     assert not torch.allclose(torch.tensor(loaded["main"]), torch.tensor(loaded["step-000002"]))
 
 
-def test_sweep_publishes_finished_runs_into_a_collection(tiny_run, hub, tmp_path):
-    sweep = tmp_path / "sweep"
+FIGURES = ["loss_vs_aspect_ratio.png", "synthetic_acc_vs_aspect_ratio.png", "analysis_late_fractions.png",
+           "analysis_logit_lens.png"]
+
+
+def make_sweep(tiny_run: Path, sweep: Path, figures: list[str] = FIGURES) -> Path:
+    """A sweep folder around ``tiny_run`` (one finished run, one stopped) whose report links ``figures``."""
     (sweep / "runs").mkdir(parents=True)
     (sweep / "sweep.json").write_text(json.dumps({"archs": ["hc"]}))
-    (sweep / "report.md").write_text("# report\n\n![plot](loss_vs_aspect_ratio.png)\n")
-    (sweep / "loss_vs_aspect_ratio.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (sweep / "report.md").write_text("# report\n\n" + "".join(f"![{n}]({n})\n\n" for n in figures))
+    for k, name in enumerate(figures):
+        (sweep / name).write_bytes(b"\x89PNG\r\n\x1a\n" + bytes([k]))
+    (sweep / "report.html").write_text("<!doctype html><title>report</title>")
+    (sweep / "results.csv").write_text("arch\nhc\n")
     os.symlink(tiny_run, sweep / "runs" / "hc__tiny-L2__lr0.003__s0")
     unfinished = sweep / "runs" / "hc__tiny-L4__lr0.003__s0"
     unfinished.mkdir()
     (unfinished / "summary.json").write_text(json.dumps({"status": "stopped"}))
+    return sweep
+
+
+def test_sweep_publishes_finished_runs_into_a_collection(tiny_run, hub, tmp_path):
+    sweep = make_sweep(tiny_run, tmp_path / "sweep")
     result = pub.publish(str(sweep), api=api_for(hub, "hf_write_token"), out=io.StringIO())
     assert len(result["repos"]) == 1
     collection = hub.collections[result["collection"]]
     items = [i["id"] for i in collection["items"]]
-    assert items == [f"{ORG}/sweep-sweep-report", result["repos"][0]]
-    assert b"# report" in hub.files(f"{ORG}/sweep-sweep-report")["README.md"]
-    assert "loss_vs_aspect_ratio.png" in hub.files(f"{ORG}/sweep-sweep-report")
+    assert items == [f"{USER}/sweep-sweep-report", result["repos"][0]]
+    files = hub.files(f"{USER}/sweep-sweep-report")
+    assert b"# report" in files["README.md"]
+    for name in FIGURES + ["report.html", "results.csv"]:  # every figure the README links renders on the Hub
+        assert files[name] == (sweep / name).read_bytes(), name
+
+
+def test_a_sweep_report_linking_a_missing_figure_is_refused_before_any_upload(tiny_run, hub, tmp_path):
+    sweep = make_sweep(tiny_run, tmp_path / "sweep")
+    (sweep / FIGURES[2]).unlink()
+    for dry_run in (True, False):
+        with pytest.raises(pub.PublishError, match=f"links the figure '{FIGURES[2]}'.*depthbench report"):
+            pub.publish(str(sweep), dry_run=dry_run, api=api_for(hub, "hf_write_token"), out=io.StringIO())
+    assert posts(hub) == [] and hub.repos == {}
+
+
+def test_default_namespace_is_the_token_s_user_or_must_be_given(tiny_run, hub, monkeypatch):
+    """Not the study's organisation (no user can write there unless a member): the user ``whoami`` names; a dry
+    run without a token has no user, so it asks for --org."""
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    result = pub.publish(str(tiny_run), dry_run=True, api=api_for(hub, "hf_write_token"), out=io.StringIO())
+    assert [r.split("/")[0] for r in result["repos"]] == [USER]
+    result = pub.publish(str(tiny_run), api=api_for(hub, "hf_write_token"), out=io.StringIO())
+    assert list(hub.repos) == result["repos"] and result["repos"][0].startswith(f"{USER}/")
+    with pytest.raises(pub.PublishError, match="pass --org NAMESPACE"):
+        pub.publish(str(tiny_run), dry_run=True, api=api_for(hub, None), out=io.StringIO())
+    assert pub.publish(str(tiny_run), dry_run=True, org="someone", api=api_for(hub, None),
+                       out=io.StringIO())["repos"][0].startswith("someone/")
 
 
 def test_cli_publish_dry_run(tiny_run, hub, capsys, monkeypatch):
@@ -235,7 +273,7 @@ def test_dry_run_without_a_reachable_hub_still_prints_the_plan(tiny_run, hub, mo
     monkeypatch.setattr(api, "list_repo_tree", offline)
     monkeypatch.setattr(api, "list_repo_refs", offline)
     out = io.StringIO()
-    pub.publish(str(tiny_run), dry_run=True, api=api, out=out)
+    pub.publish(str(tiny_run), dry_run=True, org=ORG, api=api, out=out)
     assert "unknown" in out.getvalue() and "remote state unreadable" in out.getvalue()
 
 
@@ -342,7 +380,7 @@ def test_a_namespace_the_token_cannot_write_is_a_one_line_usage_error(tiny_run, 
     # the Hub refusing a write although the namespace looks writable (a fine-grained token): the same, nothing left
     cli_hub.fail_write(0, 403)
     code, err = _cli(["publish", str(tiny_run), "--revisions"], capsys)
-    assert code == 2 and f"{ORG}/" in err and "403" in err
+    assert code == 2 and f"{USER}/" in err and "403" in err
     assert cli_hub.repos == {}
 
 
@@ -355,7 +393,7 @@ def test_a_server_error_is_a_one_line_failure_and_leaves_nothing_half_created(ti
     cli_hub.fail_write(failing_write, 503, applied=applied)
     code, err = _cli(["publish", str(tiny_run)], capsys)
     assert code == 1
-    assert f"{ORG}/" in err and "503" in err and "rerun" in err
+    assert f"{USER}/" in err and "503" in err and "rerun" in err
     assert cli_hub.repos == {}
 
 

@@ -166,6 +166,9 @@ def test_demo_command_end_to_end_on_a_small_corpus(small_corpus, tmp_path, capsy
     assert "12 of 12 runs finished" in report and "synthetic depth tasks (`eval_synthetic`)" in report
     assert "held-out text (`eval_text`)" in report and demo.DEMO_NOTES in report
     assert "tokens_per_param" in report and "**The rule.**" in report
+    # the study beside the demo, and no fixed tokens per parameter (one step: far below the recipe's 5)
+    assert "## Beside the study" in report and "**What this sweep cannot show.**" in report
+    assert all(float(t) < 1 for t in re.findall(r"([\d.]+) tokens per parameter", report))
     from depthbench.sweeps.report import VERDICTS
 
     row = re.compile(r"\| \w+ \| .* \| L2, [\d.]+ \| L8, ")

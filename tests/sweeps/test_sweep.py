@@ -25,7 +25,7 @@ from depthbench.cli import main as cli_main
 from depthbench.config import load_run_config, parse_override
 from depthbench.sweeps import command as sweep_command
 from depthbench.sweeps import results as results_mod
-from depthbench.sweeps.report import write_report
+from depthbench.sweeps.report import VERDICTS, write_report
 from depthbench.sweeps.results import collect_results
 from depthbench.sweeps.runner import run_sweep
 from depthbench.sweeps.slurm import emit_slurm
@@ -110,7 +110,7 @@ def test_result_files_one_row_per_run_with_the_right_columns(sweep_dir, data_dir
         assert r["eval_loss"] == pytest.approx((r["eval_synthetic"] + r["eval_text"]) / 2)
         assert r["eval_synthetic"] != r["eval_text"]  # reported separately, not one number twice
         # parameter count = the architecture's exact count at the real config (hc adds its connectors)
-        cfg = json.loads((Path(r["run_dir"]) / "run_config.json").read_text())["resolved"]
+        cfg = json.loads((sweep_dir / r["run_dir"]).joinpath("run_config.json").read_text())["resolved"]
         assert r["params_total"] == cfg["num_parameters"]
     hc = {r["params_total"] for r in jsonl if r["arch"] == "hc"}
     pre = {r["params_total"] for r in jsonl if r["arch"] == "pre_ln"}
@@ -142,12 +142,24 @@ def test_report_md_and_plot(sweep_dir):
             change = pts[1]["mean"] - pts[0]["mean"]
             line = (f"| {arch} | {results_mod.metric_label(metric)} | L2, 16.0 | L4, 8.0 | {pts[0]['mean']:.4f} | "
                     f"{pts[1]['mean']:.4f} | {change:+.4f} | {100 * change / pts[0]['mean']:+.1f}% | "
-                    "one seed: no spread to compare |")
+                    f"{VERDICTS['one seed']} |")
             assert line in report, line
     assert "8 of 8 runs finished" in report
     assert report.count("\n| pre_ln | tiny-L") == 2 + 4  # best-LR table (2 shapes) + all runs (4)
     png = (sweep_dir / "loss_vs_aspect_ratio.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_the_shared_files_hold_no_local_absolute_path(sweep_dir, data_dir):
+    """report.md / report.html / results.csv are shared (the sweep's report repository on the Hub): the data folder
+    (outside the sweep folder here) by its name, run folders relative to the sweep folder."""
+    for name in ("report.md", "report.html", "results.csv", "results.jsonl"):
+        text = (sweep_dir / name).read_text()
+        assert str(data_dir) not in text and str(sweep_dir) not in text, name
+    assert f"- data: `{data_dir.name}` (a prepared folder outside the sweep folder)" in (sweep_dir / "report.md"
+                                                                                          ).read_text()
+    assert {r["run_dir"] for r in read_csv(sweep_dir / "results.csv")} == {
+        f"runs/{p.name}" for p in (sweep_dir / "runs").iterdir()}
 
 
 def test_report_html_holds_every_figure_and_table_of_report_md(sweep_dir):

@@ -61,6 +61,18 @@ SUMMARY_KEYS = {
 }
 
 
+def _column(row: dict[str, Any], results: list[dict[str, Any]]) -> str:
+    """The report's column name of a summary value: ``metric.key``, with the threshold a fraction is counted
+    against (``causal.late_fraction_above (> 0.45)``), so the number says what it counts."""
+    name = f"{row['metric']}.{row['key']}"
+    if row["key"] == "late_fraction_above":
+        thr = next((r["values"].get("threshold") for r in results
+                    if r["run_id"] == row["run_id"] and r["metric"] == row["metric"]), None)
+        if thr is not None:
+            name += f" (> {thr:g})"
+    return name
+
+
 def _scalar_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for r in results:
@@ -92,19 +104,29 @@ def plot_late_fractions(results: list[dict[str, Any]], path: str) -> bool:
             if r["metric"] == metric and r["values"].get("late_fraction_above") is not None:
                 by_arch.setdefault(r["arch"], []).append((r["num_layers"], r["values"]["late_fraction_above"]))
                 thr = r["values"].get("threshold")
-        for arch, pts in sorted(by_arch.items()):
-            pts.sort()
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=arch)
         depths = sorted({p[0] for pts in by_arch.values() for p in pts})
-        if depths:  # ticks at the measured depths only (one depth: a labelled column, not a fractional axis)
-            ax.set_xticks(depths)
-            ax.set_xlim(depths[0] - 1, depths[-1] + 1)
+        if len(depths) == 1:  # one depth: a bar per architecture (lines of one point would hide one another)
+            archs = sorted(by_arch)
+            values = [sum(v for _, v in by_arch[a]) / len(by_arch[a]) for a in archs]
+            colors = [plt.get_cmap("tab10")(i % 10) for i in range(len(archs))]
+            bars = ax.bar(range(len(archs)), values, color=colors, width=0.6)
+            ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=8)
+            ax.set_xticks(range(len(archs)))
+            ax.set_xticklabels(archs, fontsize=9)
+            ax.set_xlabel(f"architecture (L = {depths[0]} blocks)")
+        else:
+            for arch, pts in sorted(by_arch.items()):
+                pts.sort()
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=arch)
+            if depths:  # ticks at the measured depths only
+                ax.set_xticks(depths)
+                ax.set_xlim(depths[0] - 1, depths[-1] + 1)
+            ax.set_xlabel("L (blocks)")
+            ax.legend(fontsize=8)
         ax.set_title(f"{title}: late pairs > {thr}", fontsize=10)
-        ax.set_xlabel("L (blocks)")
         ax.set_ylabel("fraction of late-layer pairs")
-        ax.set_ylim(-0.02, 1.02)
+        ax.set_ylim(-0.02, 1.08)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -149,7 +171,7 @@ def render_section(results: list[dict[str, Any]], figures: list[str]) -> str:
     by_run: dict[str, dict[str, Any]] = {}
     for row in _scalar_rows(results):
         by_run.setdefault(row["run_id"], {"arch": row["arch"], "L": row["num_layers"]})[
-            f"{row['metric']}.{row['key']}"] = row["value"]
+            _column(row, results)] = row["value"]
     if by_run:
         cols = sorted({k for v in by_run.values() for k in v if k not in ("arch", "L")})
         lines.append("| run | arch | L | " + " | ".join(cols) + " |")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from pathlib import Path
 from typing import Any
 
@@ -127,17 +128,91 @@ def _metric_table(rows: list[dict[str, Any]], task: str, metric: str, depths: li
     return [*lines, ""]
 
 
-def render_sweep_eval_section(rows: list[dict[str, Any]], plots: list[str]) -> str:
-    """The report section: plots, then per task and metric a table of architecture x L."""
+def synthetic_chance() -> dict[str, float]:
+    """Chance accuracy of the synthetic multiple-choice tasks, from their questions (read by the task's own
+    ``read_rows``, the installed ``depthbench_synthetic/data/test.jsonl``): per family task the mean of
+    1 / (number of options), and for the group ``depthbench_synthetic`` the unweighted mean over the families (as the
+    group aggregates them)."""
+    from depthbench.eval_tasks.depthbench_synthetic.utils import read_rows
+
+    per_family: dict[str, list[float]] = {}
+    for row in read_rows("test"):
+        per_family.setdefault(f"{SYNTHETIC_FAMILY}{row['task']}", []).append(1 / len(row["choices"]))
+    chance = {task: sum(v) / len(v) for task, v in per_family.items()}
+    if chance:
+        chance["depthbench_synthetic"] = sum(chance.values()) / len(chance)
+    return chance
+
+
+def sample_counts(sweep_dir: str) -> dict[str, int]:
+    """Per task or group, the fewest questions any evaluated run answered (lm-eval's ``sample_len``)."""
+    counts: dict[str, int] = {}
+    for run in runs.sweep_runs(sweep_dir, finished=True):
+        results = atomic.read_json(Path(run.run_dir) / "eval" / "results.json") or {}
+        for table in (results.get("results") or {}, results.get("groups") or {}):
+            for task, row in table.items():
+                n = row.get("sample_len") if isinstance(row, dict) else None
+                if isinstance(n, int) and n > 0:
+                    counts[task] = min(counts.get(task, n), n)
+    return counts
+
+
+def _same_values(rows: list[dict[str, Any]], task: str, a: str, b: str) -> bool:
+    """Whether metric ``b`` of ``task`` equals metric ``a`` on every run (e.g. ``acc_norm`` on one-token answers)."""
+    first = {r["run"]: r["value"] for r in rows if r["task"] == task and r["metric"] == a}
+    second = {r["run"]: r["value"] for r in rows if r["task"] == task and r["metric"] == b}
+    return bool(first) and first.keys() == second.keys() and all(first[k] == second[k] for k in first)
+
+
+def _chance_notes(rows: list[dict[str, Any]], task: str, metric: str, chance: float | None, n: int | None
+                  ) -> list[str]:
+    """Under an accuracy table: chance and one run's sampling error at chance (binomial, ``sqrt(c (1 - c) / n)``),
+    and a remark when every point is below chance."""
+    if chance is None or metric not in ("acc", "acc_norm"):
+        return []
+    se = math.sqrt(chance * (1 - chance) / n) if n else None
+    text = f"Chance is {chance:.2f}" + (
+        f"; with {n} questions per run, one run's accuracy has a sampling error of \u00b1{se:.3f} near chance "
+        f"(a model that only guesses lands within \u00b1{2 * se:.2f} of chance 95 % of the time)." if se else ".")
+    cells: dict[tuple, list[float]] = {}
+    for r in rows:
+        if r["task"] == task and r["metric"] == metric:
+            cells.setdefault((r["arch"], r["L"]), []).append(r["value"])
+    means = [sum(v) / len(v) for v in cells.values()]
+    if means and max(means) < chance:
+        far = sum(m < chance - 2 * se for m in means) if se else None
+        text += (f" **Below chance at every point** (means {min(means):.3f}\u2013{max(means):.3f}): "
+                 + ("the models prefer a wrong option systematically; "
+                    if far == len(means) else "")
+                 + (f"{far} of {len(means)} points are more than two sampling errors below chance."
+                    if far is not None else "the sampling error is unknown (no question count)."))
+    return [text, ""]
+
+
+def render_sweep_eval_section(rows: list[dict[str, Any]], plots: list[str], counts: dict[str, int] | None = None
+                              ) -> str:
+    """The report section: plots, then per task and metric a table of architecture x L (an ``acc_norm`` equal to
+    ``acc`` on every run is said once, not shown twice), under each accuracy table its chance level and sampling
+    error (``counts``: questions per run, :func:`sample_counts`)."""
+    counts = counts or {}
     lines = ["## Downstream evaluation (`depthbench eval`)", ""]
     for plot in plots:
         lines += [f"![{plot}]({plot})", ""]
     keys = sorted({(r["task"], r["metric"]) for r in rows},
                   key=lambda k: (k[0] not in DOMAIN_GROUPS and k[0] != "depthbench_nll", k))
+    duplicates = sorted({task for task, metric in keys if metric == "acc_norm"
+                         and _same_values(rows, task, "acc", "acc_norm")})
+    if duplicates:
+        lines += ["`acc_norm` equals `acc` on every run of " + ", ".join(f"`{t}`" for t in duplicates)
+                  + " (the length normalisation changes no answer), so only `acc` is shown for them.", ""]
+    chance = synthetic_chance() if any(t.startswith("depthbench_synthetic") for t, _ in keys) else {}
     depths = sorted({r["L"] for r in rows if r["L"]})
     archs = sorted({r["arch"] for r in rows})
     for task, metric in keys:
+        if metric == "acc_norm" and task in duplicates:
+            continue
         lines += _metric_table(rows, task, metric, depths, archs)
+        lines += _chance_notes(rows, task, metric, chance.get(task), counts.get(task))
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -162,7 +237,7 @@ def write_sweep_eval_report(sweep_dir: str, log=print) -> dict[str, str]:
         _write_csv(rows, paths["csv"])
         plots = _write_plots(rows, root)
         paths.update({plot: str(root / plot) for plot in plots})
-        section = render_sweep_eval_section(rows, plots)
+        section = render_sweep_eval_section(rows, plots, sample_counts(sweep_dir))
         log(f"eval: sweep report section {SECTION}; {', '.join(plots) or 'no plot'}")
     paths["report"] = runs.write_report_section(sweep_dir, SECTION, section)
     return paths

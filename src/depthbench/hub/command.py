@@ -34,7 +34,8 @@ def _add_publish(subparsers) -> None:
     p.add_argument("path", help="run folder, sweep folder (with sweep.json) or HF model folder")
     p.add_argument("--repo", help="target repository NAMESPACE/NAME (runs only; default: the organisation's name "
                                   "<arch>-lr<lr>-llama-<budget>-L<depth>-pretrain, or <source>-hf for conversions)")
-    p.add_argument("--org", help="namespace of default names (default aspect-ratio-scaling)")
+    p.add_argument("--org", "--namespace", dest="org",
+                   help="namespace of default names (default: the user of the token, from whoami)")
     p.add_argument("--private", action="store_true", help="create the repositories (and collection) private")
     p.add_argument("--revisions", action="store_true", help="also upload every checkpoint to a branch step-NNNNNN")
     p.add_argument("--dry-run", action="store_true", help="print the plan (repos, branches, files, sizes) only")

@@ -1,6 +1,6 @@
 """``depthbench publish``: upload a run, a sweep or a converted model to the Hugging Face Hub.
 
-    depthbench publish runs/hc-L24                                   # final/ -> aspect-ratio-scaling/<default name>
+    depthbench publish runs/hc-L24                                   # final/ -> <your user>/<default name>
     depthbench publish runs/hc-L24 --repo aspect-ratio-scaling/my-hc --private --revisions
     depthbench publish runs/400m                                     # a sweep: every finished run + a collection
     depthbench publish converted/preln-L24 --dry-run                 # a `depthbench convert` output (NAME-hf)
@@ -9,17 +9,18 @@
   (:mod:`depthbench.cards`; the run folder is never written to). With ``--revisions`` every checkpoint export
   (``checkpoints/ckpt-NNNNNN/hf``) goes to the branch ``step-NNNNNN``, so
   ``from_pretrained(repo, revision="step-001000")`` loads that step (the convention of Pythia, arXiv 2304.01373).
-* **Names.** The default repository follows the organisation's convention
-  ``aspect-ratio-scaling/<arch>-lr<peak lr>-llama-<budget>-L<depth>-pretrain`` (:mod:`depthbench.repo_names`);
-  a converted release is re-published as ``<name>-hf``.
+* **Names.** The default repository follows the study's convention
+  ``<namespace>/<arch>-lr<peak lr>-llama-<budget>-L<depth>-pretrain`` (:mod:`depthbench.repo_names`); a converted
+  release is re-published as ``<name>-hf``. The namespace is ``--org`` (also spelled ``--namespace``), else the
+  user the token belongs to (``whoami``); a dry run without a usable token asks for ``--org``.
 * **Only what changed.** Each branch's remote files are listed first (git blob sha1 for regular files, sha256 for
   LFS/xet ones); one commit per branch adds the changed files and deletes stale ones, and an unchanged branch makes
   no commit. ``--dry-run`` prints that plan (repositories, branches, files, sizes, new/changed/unchanged) and
   writes nothing (it reads the remote state when it can).
 * **Sweeps.** ``SWEEP_DIR`` (a folder with ``sweep.json``) publishes every finished run and gathers them in a Hub
-  collection titled after the sweep; the sweep's ``report.md``, plot and ``results.csv`` go to a README-only model
-  repository ``<org>/<sweep>-sweep-report`` (a collection description is limited to a line), which the
-  collection lists first.
+  collection titled after the sweep; the sweep's ``report.md`` (as the README), every figure it links,
+  ``report.html`` and the results CSVs go to a README-only model repository ``<org>/<sweep>-sweep-report`` (a
+  collection description is limited to a line), which the collection lists first.
 * **Authentication** is huggingface_hub's own (``HF_TOKEN``, ``hf auth login``). A missing, invalid or read-only
   token, a namespace the token cannot write to, or a repository name the Hub would reject (checked locally with
   huggingface_hub's validator, in dry runs too) is an error before anything is uploaded.
@@ -148,6 +149,24 @@ def check_auth(api) -> tuple[str, set[str] | None]:
     return info["name"], writable
 
 
+def default_namespace(api, user: str = "") -> str:
+    """The namespace of default repository names when ``--org`` is not given: the user the token belongs to
+    (``user`` when :func:`check_auth` already asked ``whoami``; a dry run asks here). Without a usable token (a dry
+    run offline or logged out) there is no default: a :class:`PublishError` asks for ``--org``. The study's
+    organisation is never the default (only its members can write to it)."""
+    if user:
+        return user
+    try:
+        name, _ = check_auth(api)
+    except (PublishError, PublishFailed) as exc:
+        raise PublishError(f"no namespace for the repository names: pass --org NAMESPACE (your user or an "
+                           f"organisation you can write to), or log in (HF_TOKEN, `hf auth login`) to default to "
+                           f"your user name ({str(exc).split(':')[0]}); nothing was uploaded") from None
+    if not name:
+        raise PublishError("the Hub did not say whose token this is: pass --org NAMESPACE; nothing was uploaded")
+    return name
+
+
 def check_repo_id(repo_id: str, what: str) -> None:
     """A :class:`PublishError` when the Hub would reject ``repo_id`` as a name (huggingface_hub's own validator:
     ``NAMESPACE/NAME``, letters, digits, ``-_.``, no ``--``/``..``, at most 96 characters per part)."""
@@ -198,17 +217,40 @@ def read_remote_state(api, plan: RepoPlan) -> None:
                 f.status = "unknown"
 
 
+REPORT_EXTRAS = ("report.html", "results.csv", "eval_results.csv")
+"""Files of a sweep folder that go to its report repository beside ``report.md`` and its figures, when present."""
+_FIGURE_LINE = re.compile(r"^!\[[^\]]*\]\(([^)\s]+)\)\s*$", re.M)
+
+
+def report_upload_files(sweep_dir: str) -> list[str]:
+    """The files of the sweep's report repository, relative to ``sweep_dir``: ``report.md`` (the README), every
+    figure it links (so each renders on the Hub) and :data:`REPORT_EXTRAS`. A linked figure that is missing or
+    outside the folder is a :class:`PublishError` (the README would show a broken image): rebuild with
+    ``depthbench report``."""
+    report = os.path.join(sweep_dir, runs.REPORT)
+    if not os.path.isfile(report):
+        return []
+    with open(report, encoding="utf-8") as f:
+        figures = list(dict.fromkeys(_FIGURE_LINE.findall(f.read())))
+    for name in figures:
+        inside = not os.path.isabs(name) and ".." not in name.replace("\\", "/").split("/")
+        if not inside or not os.path.isfile(os.path.join(sweep_dir, name)):
+            raise PublishError(f"{report} links the figure {name!r}, which is not in the sweep folder: rebuild the "
+                               f"report with `depthbench report {sweep_dir}` (or the command that wrote that "
+                               "section); nothing was uploaded")
+    extras = [name for name in REPORT_EXTRAS if os.path.isfile(os.path.join(sweep_dir, name))]
+    return [runs.REPORT, *figures, *extras]
+
+
 def _sweep_plan(sweep_dir: str, org: str, repos: list[RepoPlan]) -> SweepPlan:
     name = os.path.basename(os.path.abspath(sweep_dir))
     archs = runs.sweep_definition(sweep_dir).get("archs") or sorted(
         {run.arch for run in runs.sweep_runs(sweep_dir, finished=True) if run.arch})
     description = f"depthbench sweep {name}: {len(repos)} runs ({', '.join(archs)}); report: {org}/{name}-sweep-report"
     report_files: dict[str, bytes] = {}
-    for file in ("report.md", "loss_vs_aspect_ratio.png", "results.csv"):
-        path = os.path.join(sweep_dir, file)
-        if os.path.exists(path):
-            with open(path, "rb") as f:
-                report_files["README.md" if file == "report.md" else file] = f.read()
+    for file in report_upload_files(sweep_dir):
+        with open(os.path.join(sweep_dir, file), "rb") as f:
+            report_files["README.md" if file == runs.REPORT else file] = f.read()
     report = None
     if report_files:
         links = "\n".join(f"- [{r.repo_id}](https://huggingface.co/{r.repo_id})" for r in repos)
@@ -267,8 +309,8 @@ def publish(path: str, repo: str | None = None, private: bool = False, revisions
             out=None) -> dict:
     """Publish a run folder, a sweep folder or a converted model folder; returns a summary dict.
 
-    ``repo`` (runs only) overrides the default name; ``org`` the namespace of default names
-    (``aspect-ratio-scaling``). ``api`` is an ``HfApi`` (default: huggingface_hub's, honouring ``HF_ENDPOINT`` and
+    ``repo`` (runs only) overrides the default name; ``org`` the namespace of default names (default: the token's
+    user, :func:`default_namespace`). ``api`` is an ``HfApi`` (default: huggingface_hub's, honouring ``HF_ENDPOINT`` and
     ``HF_TOKEN``). With ``dry_run`` nothing is written anywhere; the plan is printed to ``out`` (stdout).
 
     Raises:
@@ -281,24 +323,21 @@ def publish(path: str, repo: str | None = None, private: bool = False, revisions
 
     from huggingface_hub import HfApi
 
-    from depthbench.repo_names import ORG
-
     out = out or sys.stdout
     api = api or HfApi()
-    namespace = org or ORG
     if repo is not None:
         check_repo_id(repo, "--repo")
     if org is not None:
         check_repo_id(f"{org}/name", "--org namespace")
     targets = publish_targets(path, repo, revisions)
     lm_eval = atomic.read_json(lm_eval_json) if lm_eval_json else None
+    user, writable = check_auth(api) if not dry_run else ("", None)
+    namespace = org or (None if repo else default_namespace(api, user))
     repo_ids = [repo or default_repo_for(source_dir, run_dir, namespace) for source_dir, run_dir in targets]
     for repo_id in repo_ids:
         check_repo_id(repo_id, "the repository name")
     sweep = runs.is_sweep(path)
-    user = ""
     if not dry_run:
-        user, writable = check_auth(api)
         check_namespaces(repo_ids, user, writable)  # a sweep's report and collection share its runs' namespace
     plans = [plan_repo(api, source_dir, run_dir, repo_id, revisions, lm_eval)
              for (source_dir, run_dir), repo_id in zip(targets, repo_ids)]

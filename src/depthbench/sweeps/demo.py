@@ -103,14 +103,14 @@ def demo_steps() -> int:
 DEMO_STEPS = demo_steps()
 
 DEMO_NOTES = (
-    "Embedded demo (`depthbench demo`): ~78k-parameter models of the `micro` grid, three seeds per point, trained "
-    f"on {DEMO_TOKENS_PER_PARAMETER} tokens per parameter of the largest model (the same tokens for every run) of an "
-    "offline corpus built on the spot (synthetic multi-step tasks mixed with pydoc English prose, 512-token BPE). "
-    "`eval_synthetic` = held-out instances of the synthetic depth tasks (pointer chasing, permutation composition, "
-    "modular arithmetic, variable chains); `eval_text` = held-out prose; `eval_loss` = their mean (used to pick the "
-    "best learning rate). One learning rate for all (no tuning): differences are read against the spread of the "
-    "seeds (the rule is under the loss changes)."
+    "Embedded demo (`depthbench demo`): small models of the `micro` grid, every run trained on the same tokens of "
+    "an offline corpus built on the spot (synthetic multi-step tasks mixed with pydoc English prose, a byte-level BPE "
+    "trained on it). `eval_synthetic` = held-out instances of the synthetic depth tasks (pointer chasing, "
+    "permutation composition, modular arithmetic, variable chains); `eval_text` = held-out prose; `eval_loss` = their "
+    "mean. The setup below gives the sizes, tokens, learning rate and seeds this run used; differences are read "
+    "against the spread of the seeds (the rule is under the loss changes)."
 )
+"""The demo's own words in its report: what it is, never a number (those are computed from the run: the setup)."""
 
 
 def demo_spec(data_dir: str, steps: int | None = None, overrides: list[str] | None = None) -> SweepSpec:

@@ -21,6 +21,7 @@ from typing import Any
 
 from depthbench import atomic, runs
 from depthbench.sweeps.plots import plot_loss_vs_aspect_ratio
+from depthbench.sweeps.report_study import study_section
 from depthbench.sweeps.results import (
     COLUMNS,
     SPREAD_RULE,
@@ -50,7 +51,8 @@ def write_report(out_dir: str, *, log: Callable[..., None] = print, plot: bool =
         COLUMNS[COLUMNS.index("eval_loss"):] + ["run_dir"]
     paths = {k: os.path.join(out_dir, name) for k, name in
              [("csv", "results.csv"), ("jsonl", "results.jsonl"), ("plot", "loss_vs_aspect_ratio.png")]}
-    order = sorted(rows, key=row_order)
+    # run folders relative to the sweep folder: the files are shared (the report repository carries results.csv)
+    order = [{**r, "run_dir": _relative(r["run_dir"], out_dir)} for r in sorted(rows, key=row_order)]
     table = io.StringIO(newline="")
     writer = csv.DictWriter(table, fieldnames=columns, extrasaction="ignore")
     writer.writeheader()
@@ -60,7 +62,7 @@ def write_report(out_dir: str, *, log: Callable[..., None] = print, plot: bool =
     plotted = (plot_loss_vs_aspect_ratio(rows, paths["plot"], metrics=metrics) if plot
                else os.path.exists(paths["plot"]))
     text = render_report(rows, metrics, plot_name=os.path.basename(paths["plot"]) if plotted else None,
-                         spec=runs.sweep_definition(out_dir))
+                         spec=runs.sweep_definition(out_dir), folder=out_dir)
     if not plotted:
         paths.pop("plot")
     # the evaluation section is rebuilt from its own files (`depthbench eval` wrote them); the analyses' section
@@ -79,8 +81,10 @@ def write_report(out_dir: str, *, log: Callable[..., None] = print, plot: bool =
 
 
 def render_report(rows: list[dict[str, Any]], metrics: list[str], plot_name: str | None,
-                  spec: dict[str, Any] | None = None) -> str:
-    """The markdown report: setup, plot, best-LR table, loss change shallow -> deep, all runs."""
+                  spec: dict[str, Any] | None = None, folder: str | None = None) -> str:
+    """The markdown report: setup, plot, best-LR table, loss change shallow -> deep, the study beside, all runs.
+    Paths are written relative to the sweep ``folder`` (a folder outside it by its name only): the report is
+    shared, and a local absolute path means nothing to its reader."""
     spec = spec or {}
     lines = [f"# Aspect-ratio sweep{': ' + spec['name'] if spec.get('name') else ''}", ""]
     n_done = sum(r["status"] == "finished" for r in rows)
@@ -89,29 +93,46 @@ def render_report(rows: list[dict[str, Any]], metrics: list[str], plot_name: str
         spec.get("lrs", [])) * len(spec.get("seeds", [])) or len(rows)
     lines += [f"{n_done} of {n_planned} runs finished" + (f", {n_div} diverged" if n_div else "")
               + (f", {n_planned - len(rows)} not started" if n_planned > len(rows) else "") + ". "
-              "Each (architecture, shape) is shown at its best learning rate (lowest mean held-out loss over seeds, "
-              "`eval_loss`). Losses are mean next-token cross-entropy in nats/token on held-out data; lower is "
-              "better.", ""]
+              + _lr_sentence(rows) + " Losses are mean next-token cross-entropy in nats/token on held-out data; "
+              "lower is better.", ""]
     if spec.get("notes"):
         lines += [spec["notes"].strip(), ""]
     if spec:
-        lines += _setup_lines(spec, rows)
+        lines += _setup_lines(spec, rows, folder)
     if plot_name:
         lines += [f"![held-out loss vs aspect ratio]({plot_name})", ""]
     lines += _best_lr_table(rows, metrics)
     lines += _changes_section(rows, metrics)
+    if spec.get("kind") != "released":  # a released folder has the study's own figures beside each point
+        lines += study_section(rows, metrics, spec)
     lines += _rankings_section(rows, metrics)
     lines += ["", "## All runs", ""]
     cols = ["arch", "shape", "num_layers", "hidden_size", "aspect_ratio", "params_total", "lr", "seed", "steps",
             "tokens", "tokens_per_param", "final_train_loss", *metrics, "at_best_lr", "wall_time_s", "tokens_per_s",
             "status"]
-    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    heads = [HEADS.get(c, c) for c in cols]
+    lines += ["Per run; `final_train_loss` is the loss of the run's last training batch (one batch, so noisier "
+              "than the held-out losses beside it).", "",
+              "| " + " | ".join(heads) + " |", "|" + "---|" * len(cols)]
     for r in sorted(rows, key=row_order):
         lines.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _setup_lines(spec: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+HEADS = {"final_train_loss": "final_train_loss (last batch)"}
+"""Column headers of the all-runs table that say more than the column's name."""
+
+
+def _lr_sentence(rows: list[dict[str, Any]]) -> str:
+    """How the points' learning rate was chosen: one for every run, or each point's best."""
+    lrs = sorted({r["lr"] for r in rows if r.get("lr") is not None})
+    if len(lrs) == 1:
+        return f"Every run has the same peak learning rate, {lrs[0]:g} (no learning-rate sweep)."
+    return ("Each (architecture, shape) is shown at its best learning rate (lowest mean held-out loss over seeds, "
+            "`eval_loss`).")
+
+
+def _setup_lines(spec: dict[str, Any], rows: list[dict[str, Any]], folder: str | None = None) -> list[str]:
     """The setup section: architectures, shapes, LRs and seeds, the recipe with its tokens per parameter, the data."""
     base = spec.get("base") or {}
     train, data, optim = base.get("train") or {}, base.get("data") or {}, base.get("optim") or {}
@@ -128,9 +149,30 @@ def _setup_lines(spec: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
             + (f" ({tokens[0]:,} tokens per run{_tokens_per_param(finished)})" if len(tokens) == 1 else "")
             + f", AdamW wd {optim.get('weight_decay', 0.1)}, warmup {optim.get('warmup_fraction', 0.1):g}, "
             f"cosine to {optim.get('min_lr_ratio', 0.1):g} x peak, clip {optim.get('grad_clip', 1.0):g}",
-            f"- data: `{data.get('data_dir', '?')}`",
+            f"- data: {_data_text(data.get('data_dir'), folder)}",
             *([f"- overrides: `{' '.join(spec['overrides'])}`"] if spec.get("overrides") else []),
             ""]
+
+
+def _relative(path: str | None, folder: str) -> str | None:
+    """``path`` relative to ``folder`` when it lies inside it (else unchanged)."""
+    if not path:
+        return path
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(folder))
+    return rel if rel != ".." and not rel.startswith(".." + os.sep) else path
+
+
+def _data_text(data_dir: str | None, folder: str | None) -> str:
+    """The data folder as the report names it: relative to the sweep folder when inside it, else by its name
+    (never a local absolute path)."""
+    if not data_dir:
+        return "?"
+    rel = _relative(data_dir, folder) if folder else data_dir
+    if rel != data_dir:
+        return f"`{rel}` (in the sweep folder)"
+    if os.path.isabs(data_dir):
+        return f"`{os.path.basename(os.path.normpath(data_dir))}` (a prepared folder outside the sweep folder)"
+    return f"`{data_dir}`"
 
 
 def _best_lr_table(rows: list[dict[str, Any]], metrics: list[str]) -> list[str]:
@@ -153,9 +195,12 @@ def _best_lr_table(rows: list[dict[str, Any]], metrics: list[str]) -> list[str]:
     return lines
 
 
-VERDICTS = {"lower": "deeper is better, beyond the seed spread", "higher": "deeper is worse, beyond the seed spread",
-            "within": "within the seed spread", "one seed": "one seed: no spread to compare"}
-"""How the report words each verdict of ``depthbench.sweeps.results.spread_verdict``."""
+VERDICTS = {"lower": "better (beyond)", "higher": "worse (beyond)", "within": "within",
+            "one seed": "one seed (no spread)"}
+"""How the changes table words each verdict of ``depthbench.sweeps.results.spread_verdict`` (deep against shallow)."""
+SUMMARY = {"higher": "Deeper is worse, beyond the seed spread", "lower": "Deeper is better, beyond the seed spread",
+           "within": "Within the seed spread", "one seed": "One seed, no spread to compare"}
+"""The sentence openings of the summary under the changes table, one sentence per verdict."""
 
 
 def _changes_section(rows: list[dict[str, Any]], metrics: list[str]) -> list[str]:
@@ -166,21 +211,47 @@ def _changes_section(rows: list[dict[str, Any]], metrics: list[str]) -> list[str
              "Change = mean loss of the deepest shape minus that of the shallowest, at the same parameter budget "
              "(negative = deeper is better); in brackets each point's seed spread (min-max over its seeds).", "",
              "| arch | metric | shallowest (L, d/L) | deepest (L, d/L) | shallow | deep | change | relative | "
-             "against the seed spread |", "|---|---|---|---|---:|---:|---:|---:|---|"]
+             "deeper, against the seed spread |", "|---|---|---|---|---:|---:|---:|---:|---|"]
     for c in changes:
         a, b = c["shallow"], c["deep"]
         lines.append(f"| {c['arch']} | {metric_label(c['metric'])} | L{a['num_layers']}, {a['aspect_ratio']:.1f} | "
                      f"L{b['num_layers']}, {b['aspect_ratio']:.1f} | {_mean_range(a)} | {_mean_range(b)} | "
                      f"{c['change']:+.4f} | {100 * c['relative']:+.1f}% | {VERDICTS[c['verdict']]} |")
     if changes:
-        lines += ["", "In words:", ""]
-        for arch in sorted({c["arch"] for c in changes}):
-            mine = [c for c in changes if c["arch"] == arch]
-            lines.append(f"- **{arch}** (L{mine[0]['shallow']['num_layers']} \u2192 L{mine[0]['deep']['num_layers']}): "
-                         + "; ".join(f"{metric_label(c['metric'])} {c['change']:+.4f}, {VERDICTS[c['verdict']]}"
-                                     for c in mine) + ".")
+        lines += ["", "In words:", "", *_summary(changes, metrics)]
         lines += ["", f"**The rule.** {SPREAD_RULE}"]
     return lines
+
+
+def _summary(changes: list[dict[str, Any]], metrics: list[str]) -> list[str]:
+    """One sentence per verdict (each said once): the architectures and metrics it holds for, with their changes;
+    "on every metric" / "every architecture" where it holds for all of them."""
+    archs = sorted({c["arch"] for c in changes})
+    out = []
+    for verdict in ("higher", "lower", "within", "one seed"):
+        mine = [c for c in changes if c["verdict"] == verdict]
+        if not mine:
+            continue
+        values = [c["change"] for c in mine]
+        span = (f"{min(values):+.4f}" if len(values) == 1 else f"{min(values):+.4f} to {max(values):+.4f}")
+        if len(mine) == len(changes):
+            who = ("every architecture" if len(archs) > 1 else f"**{archs[0]}**") + (
+                ", on every metric" if len(metrics) > 1 else "")
+            out.append(f"- {SUMMARY[verdict]}: {who} (changes {span} nats/token).")
+            continue
+        parts = []
+        for arch in archs:
+            own = [c for c in mine if c["arch"] == arch]
+            if not own:
+                continue
+            if len(own) == len(metrics) > 1:
+                each = ", ".join(f"{c['change']:+.4f}" for c in own)
+                parts.append(f"**{arch}** on every metric ({each})")
+            else:
+                parts.append(f"**{arch}** on " + ", ".join(f"{metric_label(c['metric'])} ({c['change']:+.4f})"
+                                                         for c in own))
+        out.append(f"- {SUMMARY[verdict]}: " + "; ".join(parts) + ".")
+    return out
 
 
 def _rankings_section(rows: list[dict[str, Any]], metrics: list[str]) -> list[str]:
