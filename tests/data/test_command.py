@@ -7,7 +7,7 @@ import json
 import os
 
 import depthbench.data.sources as sources_mod
-from depthbench import atomic
+import depthbench.data.writer as writer_mod
 from depthbench.cli import main
 from depthbench.data import TokenShards, make_tiny_tokenizer
 
@@ -78,17 +78,27 @@ def test_unwritable_output_exits_2(tmp_path, capsys):
 def test_full_disk_exits_1(tmp_path, capsys, monkeypatch):
     source, tokenizer = _inputs(tmp_path)
 
-    real_write_bytes = atomic.write_bytes
+    class FullDisk:  # a shard's temporary file on a full disk: its first write fails (naming no file, as the OS does)
+        def __init__(self, f):
+            self.f = f
 
-    def full_disk_at_the_first_shard(path, data):
-        if path.endswith(".bin"):
-            raise OSError(errno.ENOSPC, "No space left on device", path)
-        return real_write_bytes(path, data)
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(atomic, "write_bytes", full_disk_at_the_first_shard)
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    real_open = open
+
+    def open_full(path, mode="r", *args, **kwargs):
+        f = real_open(path, mode, *args, **kwargs)
+        return FullDisk(f) if ".bin.tmp" in os.fspath(path) else f
+
+    monkeypatch.setattr(writer_mod, "open", open_full, raising=False)
     out = tmp_path / "out"
     code = main(["prepare-data", str(source), "--tokenizer", str(tokenizer), "-o", str(out), "--quiet"])
     assert code == 1
     err = capsys.readouterr().err
     assert "No space left on device" in err and "shard_00000.bin" in err and "Traceback" not in err
     assert not (out / "meta.json").exists() and not (out / "train" / "shard_00000.done.json").exists()
+    assert sorted(os.listdir(out / "train")) == []  # nothing half-written: no shard, no temporary file

@@ -9,8 +9,8 @@ import pickle
 import numpy as np
 import pytest
 
-import depthbench.data.prepare as prepare_mod
-from depthbench import atomic
+import depthbench.data.encode as encode_mod
+import depthbench.data.writer as writer_mod
 from depthbench.data import TokenShards, prepare_data, token_dtype
 from tests.helpers import BigVocabTokenizer, pydoc_paragraphs, read_split, write_jsonl
 
@@ -79,13 +79,13 @@ def test_rerun_skips_completed_shards(tmp_path, tok, monkeypatch):
     mtimes = {f: f.stat().st_mtime_ns for f in files}
 
     encoded: list[int] = []
-    real_encode = prepare_mod._encode_documents
+    real_encode = encode_mod.encode_documents
 
     def counting(tokenizer, texts, *args):
         encoded.append(len(texts))
         return real_encode(tokenizer, texts, *args)
 
-    monkeypatch.setattr(prepare_mod, "_encode_documents", counting)
+    monkeypatch.setattr(encode_mod, "encode_documents", counting)
     # complete re-run: nothing is tokenized or rewritten
     again = prepare_data([src], tok, str(out), shard_tokens=4000, eval_fraction=0.2, progress=False)
     assert again["content_hash"] == meta["content_hash"] and encoded == []
@@ -121,13 +121,13 @@ def test_damaged_records_of_an_earlier_run_are_rewritten(tmp_path, tok, monkeypa
     (out / "meta.json").write_text('{"config_fingerprint": ')
     (out / "train" / "shard_00001.done.json").write_bytes(b"\xff\xfe not json")
     written: list[str] = []
-    real_write_bytes = atomic.write_bytes
+    real_commit = writer_mod.ShardFile.commit
 
-    def recording(path, data):
-        written.append(path)
-        return real_write_bytes(path, data)
+    def recording(self):
+        written.append(self.path)
+        return real_commit(self)
 
-    monkeypatch.setattr(atomic, "write_bytes", recording)
+    monkeypatch.setattr(writer_mod.ShardFile, "commit", recording)
     again = prepare_data([src], tok, str(out), shard_tokens=4000, progress=False)
     assert again["content_hash"] == meta["content_hash"] and again["splits"] == meta["splits"]
     assert [p for p in written if p.endswith(".bin")] == files[1:]  # from the damaged record on

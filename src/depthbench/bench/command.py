@@ -189,6 +189,8 @@ def _many_shapes(args: argparse.Namespace, archs: list[str], settings: BenchSett
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.make_corpus or args.data:
+        return _data_bench(args)
     import torch
 
     from depthbench.registry import resolve_archs
@@ -207,6 +209,31 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.shapes is None:
         return _one_shape(args, archs, settings, shapes[0])
     return _many_shapes(args, archs, settings, shapes)
+
+
+def _data_bench(args: argparse.Namespace) -> int:
+    """``--make-corpus DIR`` / ``--data FILES --tokenizer TOK``: the data pipeline's benchmark
+    (:mod:`depthbench.bench.data_pipeline`)."""
+    from depthbench.bench import data_pipeline
+
+    if args.make_corpus:
+        return data_pipeline.make_corpus(args.make_corpus, args.corpus_mb)
+    if not args.tokenizer:
+        raise ValueError("--data needs --tokenizer (a saved tokenizer folder, e.g. DIR/tokenizer of --make-corpus)")
+    return data_pipeline.run_data_bench(args.data, args.tokenizer, args.num_workers, args.data_repeats,
+                                        args.json_out, args.quiet)
+
+
+def _add_data_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("data pipeline", "depthbench prepare-data vs a bare tokenizers pipeline (instead of "
+                             "the models; `python -m pydoc depthbench.bench.data_pipeline`)")
+    g.add_argument("--data", nargs="+", metavar="FILE", help="input files (.jsonl/.parquet/.txt) to prepare")
+    g.add_argument("--tokenizer", help="saved fast tokenizer folder for --data")
+    g.add_argument("--num-workers", type=_int_list, default=[1, 2], help="--data worker counts (default 1,2)")
+    g.add_argument("--data-repeats", type=int, default=3, help="--data interleaved repeats (default 3)")
+    g.add_argument("--make-corpus", metavar="DIR", help="write the benchmark corpus (jsonl, parquet, txt) and a "
+                   "16k BPE to DIR")
+    g.add_argument("--corpus-mb", type=float, default=40.0, help="--make-corpus size in MB (default 40)")
 
 
 def _add_shape_arguments(p: argparse.ArgumentParser) -> None:
@@ -274,4 +301,5 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     _add_training_arguments(p)
     _add_decode_and_run_arguments(p)
     _add_output_arguments(p)
+    _add_data_arguments(p)
     p.set_defaults(func=_cmd_bench)

@@ -5,10 +5,11 @@ training windows from it.  It mirrors the reference pipeline (FineWeb-Edu parque
 shard as the eval split, each document ending in exactly one EOS, raw little-endian ``uint16`` token
 files, OLMo-style fixed-sequence-length windows over the concatenated stream, shuffled by seed).
 
-Modules (every public name is importable from ``depthbench.data``): ``prepare`` (the :func:`prepare_data`
-pipeline), ``sources`` (inputs and their readers), ``tokenizers`` (loading, saving, the tiny tokenizer), ``writer``
-(shards and completion records), ``loader`` (reading shards, windows, the batch loader), ``command`` (``depthbench
-prepare-data``) and ``synthetic`` (the synthetic depth tasks and the demo corpus). The main pieces:
+Modules (every public name is importable from ``depthbench.data``, loaded on first use): ``prepare`` (the
+:func:`prepare_data` pipeline), ``sources`` (inputs and their readers), ``tokenizers`` (loading, saving, the tiny
+tokenizer), ``encode`` (tokenizing chunks of documents in threads or processes), ``writer`` (shards and completion
+records), ``loader`` (reading shards, windows, the batch loader), ``command`` (``depthbench prepare-data``) and
+``synthetic`` (the synthetic depth tasks and the demo corpus). The main pieces:
 
 * :func:`prepare_data` tokenizes parquet / jsonl / json / txt files (or a streamed Hugging Face
   dataset) into shards under ``output_dir`` and writes ``meta.json``; it is parallel, resumable and
@@ -46,20 +47,31 @@ bytes), visiting splits in sorted name order and shards in order; identical toke
 hash regardless of timestamps or paths.
 """
 
-from depthbench.data.loader import DataError, TokenShards, TokenWindows, WindowLoader, load_meta, verify_data
-from depthbench.data.prepare import prepare_data
-from depthbench.data.sources import LOCAL_EXTENSIONS
-from depthbench.data.tokenizers import (
-    EOS_TOKEN,
-    PAD_TOKEN,
-    finalize_tokenizer_config,
-    make_tiny_tokenizer,
-    save_tokenizer,
-)
-from depthbench.data.writer import FORMAT_VERSION, token_dtype
+from __future__ import annotations
 
-__all__ = [
-    "DataError", "EOS_TOKEN", "FORMAT_VERSION", "LOCAL_EXTENSIONS", "PAD_TOKEN", "TokenShards", "TokenWindows",
-    "WindowLoader", "finalize_tokenizer_config", "load_meta", "make_tiny_tokenizer", "prepare_data", "save_tokenizer",
-    "token_dtype", "verify_data",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "DataError": "loader", "TokenShards": "loader", "TokenWindows": "loader", "WindowLoader": "loader",
+    "load_meta": "loader", "verify_data": "loader", "prepare_data": "prepare", "LOCAL_EXTENSIONS": "sources",
+    "EOS_TOKEN": "tokenizers", "PAD_TOKEN": "tokenizers", "finalize_tokenizer_config": "tokenizers",
+    "make_tiny_tokenizer": "tokenizers", "save_tokenizer": "tokenizers", "FORMAT_VERSION": "writer",
+    "token_dtype": "writer",
+}
+"""Public name -> submodule defining it. Imported on first use (PEP 562), so ``depthbench prepare-data`` does not
+load torch (``loader``) and the command line answers at once."""
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'depthbench.data' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"depthbench.data.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -8,11 +8,9 @@ split writers and write ``meta.json``. The on-disk format is described in ``dept
 
 from __future__ import annotations
 
-import collections
 import datetime as _dt
 import hashlib
 import json
-import multiprocessing
 import os
 import re
 import warnings
@@ -23,12 +21,13 @@ from typing import Any
 import numpy as np
 
 from depthbench import atomic
+from depthbench.data.encode import encode_chunks
 from depthbench.data.sources import Source, iter_source_texts, resolve_sources, source_fingerprint
 from depthbench.data.tokenizers import load_tokenizer, save_tokenizer, tokenizer_fingerprint
 from depthbench.data.writer import FORMAT_VERSION, SplitWriter, completed_meta, content_hash, token_dtype
 
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
-_CHUNK_DOCS = 256  # documents per tokenization task
+_CHUNK_DOCS = 1024  # documents per tokenization task
 
 
 def prepare_data(
@@ -286,29 +285,40 @@ def _doc_hash_fraction(text: str) -> float:
 
 
 class _Chunks:
-    """The documents still to tokenize, as chunks ``(metas, texts)`` of up to ``_CHUNK_DOCS`` documents (``metas``:
-    ``[(doc index, split)]``). Documents already in completed shards (index below ``resume[split]``) are counted
-    in :attr:`seen` and the progress bar but skipped."""
+    """The documents still to tokenize, as chunks ``((doc indices, splits), texts)`` of up to ``_CHUNK_DOCS``
+    documents. Documents already in completed shards (index below ``resume[split]``) are counted in :attr:`seen` and
+    the progress bar but skipped."""
 
     def __init__(self, documents: Iterator[tuple[int, str, str]], resume: dict[str, int], bar: Any):
         self.documents, self.resume, self.bar = documents, resume, bar
         self.seen = 0
 
-    def __iter__(self) -> Iterator[tuple[list[tuple[int, str]], list[str]]]:
-        metas: list[tuple[int, str]] = []
+    def __iter__(self) -> Iterator[tuple[tuple[list[int], list[str]], list[str]]]:
+        indices: list[int] = []
+        targets: list[str] = []
         texts: list[str] = []
+        resume = self.resume
+        skipping = any(resume.values())
+        read = 0
         for idx, target, text in self.documents:
-            self.seen += 1
-            self.bar.update(1)
-            if idx < self.resume[target]:
+            read += 1
+            if skipping and idx < resume[target]:
                 continue  # already in a completed shard
-            metas.append((idx, target))
+            indices.append(idx)
+            targets.append(target)
             texts.append(text)
             if len(texts) >= _CHUNK_DOCS:
-                yield metas, texts
-                metas, texts = [], []
+                self._count(read)
+                read = 0
+                yield (indices, targets), texts
+                indices, targets, texts = [], [], []
+        self._count(read)
         if texts:
-            yield metas, texts
+            yield (indices, targets), texts
+
+    def _count(self, read: int) -> None:
+        self.seen += read
+        self.bar.update(read)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -318,94 +328,27 @@ class _Chunks:
 
 def _tokenize_into(writers: dict[str, SplitWriter], plan: _Plan, num_workers: int, tokenizer_dir: str,
                    bar: Any) -> int:
-    """Tokenize every document of ``plan`` not yet written and hand its tokens to its split's writer; returns the
-    number of documents read (written before or now)."""
+    """Tokenize every document of ``plan`` not yet written (``depthbench.data.encode``) and hand each split's tokens
+    to its writer; returns the number of documents read (written before or now)."""
     # Documents of split s with index < resume[s] are already in completed shards (snapshot before writing).
     chunks = _Chunks(_documents(plan), {name: w.resume_doc for name, w in writers.items()}, bar)
-    if num_workers <= 1:
-        encoded = _encode_here(chunks, plan)
-    else:
-        encoded = _encode_in_pool(chunks, plan, num_workers, tokenizer_dir)
-    for metas, flat, lengths in encoded:
-        offsets = np.concatenate([[0], np.cumsum(lengths)])
-        for j, (idx, target) in enumerate(metas):
-            writers[target].add(idx, flat[offsets[j] : offsets[j + 1]])
-    return chunks.seen
-
-
-def _encode_documents(tokenizer: Any, texts: list[str], eos_id: int, append_eos: bool, dtype: np.dtype):
-    """Tokenize ``texts``; return (flat token array, per-document lengths)."""
-    enc = tokenizer(texts, add_special_tokens=True)["input_ids"]
-    arrays = []
-    lengths = np.empty(len(enc), dtype=np.int64)
-    for i, ids in enumerate(enc):
-        if append_eos and (len(ids) == 0 or ids[-1] != eos_id):
-            ids = list(ids) + [eos_id]
-        arrays.append(np.asarray(ids, dtype=np.int64))
-        lengths[i] = len(ids)
-    flat = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int64)
-    if flat.size and (flat.min() < 0 or flat.max() > np.iinfo(dtype).max):
-        raise ValueError(f"token id out of range for dtype {dtype}: min {flat.min()}, max {flat.max()}")
-    return flat.astype(dtype), lengths
-
-
-def _encode_here(chunks: _Chunks, plan: _Plan) -> Iterator[tuple]:
-    """``(metas, flat tokens, lengths)`` of each chunk, tokenized in this process."""
-    for metas, texts in chunks:
-        yield metas, *_encode_documents(plan.tokenizer, texts, plan.eos_id, plan.settings.append_eos, plan.dtype)
-
-
-def _encode_in_pool(chunks: _Chunks, plan: _Plan, num_workers: int, tokenizer_dir: str) -> Iterator[tuple]:
-    """``(metas, flat tokens, lengths)`` of each chunk, in order, tokenized by ``num_workers`` processes (at most
-    two chunks per worker in flight)."""
-    with _worker_pool(plan, num_workers, tokenizer_dir) as pool:
-        pending: collections.deque = collections.deque()
-        for metas, texts in chunks:
-            pending.append((metas, pool.apply_async(_worker_encode, (texts,))))
-            while len(pending) >= 2 * num_workers:
-                done, result = pending.popleft()
-                yield done, *result.get()
-        while pending:
-            done, result = pending.popleft()
-            yield done, *result.get()
-
-
-def _worker_pool(plan: _Plan, num_workers: int, tokenizer_dir: str) -> Any:
-    """A pool of tokenization workers. fork (Linux) starts workers instantly with the tokenizer inherited; elsewhere
-    spawn reloads it from the saved copy (scripts then need the usual ``if __name__ == "__main__":`` guard)."""
-    use_fork = "fork" in multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if use_fork else "spawn")
-    saved_env = os.environ.get("TOKENIZERS_PARALLELISM")
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # inherited by forked workers: no fork warning
+    encoded = encode_chunks(chunks, plan.tokenizer, num_workers, plan.eos_id, plan.settings.append_eos, plan.dtype,
+                            tokenizer_dir)
     try:
-        return ctx.Pool(
-            num_workers,
-            initializer=_worker_init,
-            initargs=(plan.tokenizer if use_fork else tokenizer_dir, plan.eos_id, plan.settings.append_eos,
-                      plan.dtype.str),
-        )
+        for (indices, targets), flat, lengths in encoded:
+            doc_indices = np.asarray(indices, dtype=np.int64)
+            first = targets[0]
+            if targets.count(first) == len(targets):
+                writers[first].add_documents(doc_indices, lengths, flat)
+                continue
+            names = np.asarray(targets)
+            for name in dict.fromkeys(targets):
+                sel = names == name
+                writers[name].add_documents(doc_indices[sel], lengths[sel], flat[np.repeat(sel, lengths)])
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
     finally:
-        if saved_env is None:
-            os.environ.pop("TOKENIZERS_PARALLELISM", None)
-        else:
-            os.environ["TOKENIZERS_PARALLELISM"] = saved_env
-
-
-# Worker-process state for parallel tokenization.
-_WORKER: dict[str, Any] = {}
-
-
-def _worker_init(tokenizer: Any, eos_id: int, append_eos: bool, dtype_str: str) -> None:
-    """Pool initializer: ``tokenizer`` is the object itself (fork) or its saved directory (spawn)."""
-    import torch
-
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    torch.set_num_threads(1)
-    _WORKER["tokenizer"] = load_tokenizer(tokenizer)
-    _WORKER["eos_id"] = eos_id
-    _WORKER["append_eos"] = append_eos
-    _WORKER["dtype"] = np.dtype(dtype_str)
-
-
-def _worker_encode(texts: list[str]):
-    return _encode_documents(_WORKER["tokenizer"], texts, _WORKER["eos_id"], _WORKER["append_eos"], _WORKER["dtype"])
+        encoded.close()
+    return chunks.seen
