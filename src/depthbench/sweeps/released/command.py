@@ -1,5 +1,6 @@
 """``depthbench released``: the study's released checkpoints, listed and re-measured.
 
+    depthbench released sync [--endpoint URL] [--token TOKEN]     # the organisation's Hub listing -> local overlay
     depthbench released list [--arch hc,attnres] [--size 400M] [--depth 16,32] [--tier 400M-deep] [--json]
     depthbench released eval --arch pre_ln,hc,attnres --size 400M --data data/heldout -o runs/released-400m \\
         [--tasks depthbench_nll] [--step 7600] [--max-tokens N] [--repo NAME ...]
@@ -38,20 +39,39 @@ def _selection(args: argparse.Namespace) -> dict:
     return {"archs": args.arch, "sizes": args.size, "depths": args.depth, "tiers": args.tier}
 
 
-def _cmd_list(args: argparse.Namespace) -> int:
-    from depthbench.hub.released import Catalogue, format_listing
+def _catalogue(args: argparse.Namespace):
+    """The shipped catalogue (or ``--catalogue``) merged with the last Hub listing (``--listing``, default the
+    one ``released sync`` wrote in the HF cache; none with ``--no-listing``)."""
+    from depthbench.hub.listing import load_listing
+    from depthbench.hub.released import Catalogue
 
-    releases = Catalogue.load(args.catalogue).select(**_selection(args))
-    print(json.dumps([r.record() for r in releases], indent=1) if args.json else format_listing(releases))
+    catalogue = Catalogue.load(args.catalogue)
+    return catalogue if args.no_listing else catalogue.with_listing(load_listing(args.listing))
+
+
+def _cmd_sync(args: argparse.Namespace) -> int:
+    from depthbench.hub.listing import sync
+
+    sync(endpoint=args.endpoint or os.environ.get("HF_ENDPOINT") or None, org=args.org, token=args.token,
+         path=args.listing)
+    return 0
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from depthbench.hub.released import format_listing
+
+    catalogue = _catalogue(args)
+    releases = catalogue.select(**_selection(args))
+    print(json.dumps([r.record() for r in releases], indent=1) if args.json
+          else format_listing(releases, catalogue.facts))
     return 0
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from depthbench.hub.released import Catalogue
     from depthbench.sweeps.released.measure import Hub, Measurement, Tasks, evaluate_releases
     from depthbench.sweeps.released.selection import select_targets
 
-    catalogue = Catalogue.load(args.catalogue)
+    catalogue = _catalogue(args)
     if args.repo is None and not any(_selection(args).values()):
         raise ValueError("choose the releases: --arch / --size / --depth / --tier (see `depthbench released list`) "
                          "or --repo NAME")
@@ -78,6 +98,14 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--depth", type=_depths, help="layer counts, comma separated, e.g. 16,32")
     p.add_argument("--tier", type=_names, help="the study's tiers: 400M, 400M-deep, 1.6B, 300M-backbone, 200M, ...")
     p.add_argument("--catalogue", help="a catalogue file of your own (the packaged one's format) instead")
+    _add_listing(p)
+
+
+def _add_listing(p: argparse.ArgumentParser, toggle: bool = True) -> None:
+    p.add_argument("--listing", help="the Hub-listing overlay (default: the one `depthbench released sync` wrote, "
+                                     "$HF_HOME/depthbench/hub_listing/aspect-ratio-scaling.json)")
+    if toggle:
+        p.add_argument("--no-listing", action="store_true", help="the shipped catalogue only, without the overlay")
 
 
 def register_cli(subparsers) -> None:
@@ -85,7 +113,19 @@ def register_cli(subparsers) -> None:
     p = subparsers.add_parser("released", help="the study's released checkpoints: list them, re-measure them",
                               description="The aspect-ratio-scaling repositories of the study (arXiv 2609.32534): "
                                           "`list` prints the catalogue, `eval` converts and re-measures a selection.")
-    sub = p.add_subparsers(dest="released_command", metavar="<list|eval>")
+    sub = p.add_subparsers(dest="released_command", metavar="<sync|list|eval>")
+    sy = sub.add_parser("sync", help="read the organisation's Hub listing into a local overlay of the catalogue",
+                        description="List every repository of the organisation through huggingface_hub (names, "
+                                    "files, refs, each checkpoint's config.json) and record name, architecture, tier, "
+                                    "depth, LR, steps and storage (per step or at the root) in an overlay in the HF "
+                                    "cache, which `list` and `eval` merge with the shipped catalogue (also offline, "
+                                    "from the last sync). A failure in the middle leaves the previous overlay as it "
+                                    "was.")
+    sy.add_argument("--endpoint", help="Hub endpoint (default HF_ENDPOINT, else huggingface.co)")
+    sy.add_argument("--org", default="aspect-ratio-scaling", help="the organisation (default aspect-ratio-scaling)")
+    sy.add_argument("--token", help="a Hub token (default: the saved one; private repositories need one)")
+    _add_listing(sy, toggle=False)
+    sy.set_defaults(func=_cmd_sync)
     ls = sub.add_parser("list", help="the catalogue of released repositories",
                         description="Every released repository as the study names it, with its architecture, shape "
                                     "(d, L, d/L), peak LR, final step and where each fact was read.")
