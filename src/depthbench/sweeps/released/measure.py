@@ -59,13 +59,17 @@ class Hub:
     readout: str | None = None  # HC/mHC: None = decided per release from the evidence (depthbench convert)
 
 
-def fetch_release_meta(target: Target, hub: Hub) -> tuple[str, int]:
-    """Download only the release's ``tokenizer/`` and ``step<N>/config.json`` (for the tokenizer check before
-    any weights); returns ``(local snapshot, step)``. The step is the target's, or the newest the repository has."""
+def fetch_release_meta(target: Target, hub: Hub) -> tuple[str, int | None, str]:
+    """Download only the release's ``tokenizer/`` and its checkpoint's ``config.json`` (for the tokenizer and shape
+    checks before any weights); returns ``(local snapshot, step, config path)``. The step is the target's, or the
+    newest the repository has; a repository storing one final checkpoint at its root (``config.json`` +
+    ``model_and_optim/``) is read there (its step: the config's final step)."""
     import re
 
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import RepositoryNotFoundError
+
+    from depthbench.hub.release_files import root_final_step
 
     try:
         files = HfApi(endpoint=hub.endpoint).list_repo_files(target.repo)
@@ -74,13 +78,22 @@ def fetch_release_meta(target: Target, hub: Hub) -> tuple[str, int]:
                              f"from the catalogue ({_lr_source(target)}): look it up on "
                              "https://huggingface.co/aspect-ratio-scaling and pass --repo NAME") from None
     steps = sorted({int(m[1]) for f in files if (m := re.match(r"^step(\d+)/", f))})
+    if not steps and "config.json" in files and "model_and_optim/.metadata" in files:
+        local = snapshot_download(target.repo, allow_patterns=["tokenizer/*", "config.json"],
+                                  endpoint=hub.endpoint, cache_dir=hub.hub_cache_dir)
+        config = os.path.join(local, "config.json")
+        final = root_final_step(config)
+        if target.step is not None and final is not None and target.step != final:
+            raise CatalogueError(f"{target.repo} stores one final checkpoint at its root (step {final}), not step "
+                                 f"{target.step}")
+        return local, final, config
     step = target.step if target.step is not None else (steps[-1] if steps else None)
     if step is None or step not in steps:
         raise CatalogueError(f"{target.repo} has no step{step}/ folder; its steps: "
-                             f"{', '.join(map(str, steps)) or 'none (a checkpoint at the repository root)'}")
+                             f"{', '.join(map(str, steps)) or 'none (and no checkpoint at the repository root)'}")
     local = snapshot_download(target.repo, allow_patterns=["tokenizer/*", f"step{step}/config.json"],
                               endpoint=hub.endpoint, cache_dir=hub.hub_cache_dir)
-    return local, step
+    return local, step, os.path.join(local, f"step{step}", "config.json")
 
 
 def _lr_source(target: Target) -> str:
@@ -120,12 +133,12 @@ def measure_release(target: Target, run_dir: str, m: Measurement, hub: Hub, shar
     from depthbench.sweeps.heldout import check_tokenizer, heldout_loss
     from depthbench.sweeps.released.folder import link_model, write_run_config, write_summary
 
-    local, step = fetch_release_meta(target, hub)
-    check = check_tokenizer(shards, target.repo, os.path.join(local, "tokenizer"),
-                            atomic.read_json(os.path.join(local, f"step{step}", "config.json")))
+    local, step, config_path = fetch_release_meta(target, hub)
+    check = check_tokenizer(shards, target.repo, os.path.join(local, "tokenizer"), atomic.read_json(config_path))
     log(f"  tokenizer {check['status']}: {check['detail']}")
     dtype, device = m.resolved_dtype(), m.device_name()
-    log(f"  converting step{step} (download + conversion once; cached by depthbench.from_released)")
+    where = "the root checkpoint" if step is None else f"step{step}"
+    log(f"  converting {where} (download + conversion once; cached by depthbench.from_released)")
     model = _convert(target, step, dtype, hub).to(device)
     os.makedirs(run_dir, exist_ok=True)
     link_model(model.name_or_path, os.path.join(run_dir, runs.FINAL))
