@@ -75,7 +75,15 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.repo is None and not any(_selection(args).values()):
         raise ValueError("choose the releases: --arch / --size / --depth / --tier (see `depthbench released list`) "
                          "or --repo NAME")
-    targets = select_targets(catalogue, **_selection(args), repos=args.repo, step=args.step)
+    targets = select_targets(catalogue, **_selection(args), repos=args.repo, step=args.step, best_lr=args.best_lr)
+    from depthbench.sweeps.released.cost import format_cost, selection_cost
+
+    cost = selection_cost(targets, seq_len=args.seq_len or 2048)
+    print(format_cost(cost))
+    if cost["download_bytes"] > args.confirm_above * 1e9 and not args.yes:
+        raise ValueError(f"this selection downloads about {cost['download_bytes'] / 1e9:.1f} GB (more than "
+                         f"--confirm-above {args.confirm_above:g} GB): pass --yes to go ahead, or select fewer "
+                         "releases")
     measurement = Measurement(data=args.data, split=args.split, seq_len=args.seq_len, max_tokens=args.max_tokens,
                               batch_size=args.batch_size, device=args.device, dtype=args.dtype, step=args.step)
     hub = Hub(endpoint=os.environ.get("HF_ENDPOINT") or None, hub_cache_dir=os.environ.get("HF_HUB_CACHE") or None,
@@ -89,6 +97,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     for name, path in paths.items():
         print(f"{name}: {path}")
     return 0
+
+
+FIGURES = """which selection reproduces which figure of the study (arXiv 2609.32534):
+  Fig. 2 left   --size 400M (tiers 400M and 400M-deep): validation loss vs d/L at 400M, L16-L70
+  Fig. 2 right  --tier 300M-backbone (with the 400M L24 / L32 runs): the fixed 300M backbone
+  Fig. 4        --size 400M --tasks depthbench_nll: completion NLL by domain (Coding, STEM, Math)
+  Fig. 3        --tier 200M,300M,500M,1.6B: the scale ladders (no numbers published; nothing to compare)
+  each at its best LR: --best-lr measures every LR `depthbench released sync` found"""
 
 
 def _add_selection(p: argparse.ArgumentParser) -> None:
@@ -111,8 +127,10 @@ def _add_listing(p: argparse.ArgumentParser, toggle: bool = True) -> None:
 def register_cli(subparsers) -> None:
     """Add ``depthbench released`` (``list``, ``eval``)."""
     p = subparsers.add_parser("released", help="the study's released checkpoints: list them, re-measure them",
+                              formatter_class=argparse.RawDescriptionHelpFormatter,
                               description="The aspect-ratio-scaling repositories of the study (arXiv 2609.32534): "
-                                          "`list` prints the catalogue, `eval` converts and re-measures a selection.")
+                                          "`sync` reads the organisation's Hub listing, `list` prints the catalogue, "
+                                          "`eval` converts and re-measures a selection.\n\n" + FIGURES)
     sub = p.add_subparsers(dest="released_command", metavar="<sync|list|eval>")
     sy = sub.add_parser("sync", help="read the organisation's Hub listing into a local overlay of the catalogue",
                         description="List every repository of the organisation through huggingface_hub (names, "
@@ -127,21 +145,34 @@ def register_cli(subparsers) -> None:
     _add_listing(sy, toggle=False)
     sy.set_defaults(func=_cmd_sync)
     ls = sub.add_parser("list", help="the catalogue of released repositories",
-                        description="Every released repository as the study names it, with its architecture, shape "
-                                    "(d, L, d/L), peak LR, final step and where each fact was read.")
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        description="A per-tier summary (named / unknown / published figures), then every released "
+                                    "repository as the study names it, with its architecture, shape (d, L, d/L), "
+                                    "peak LR, final step, storage and where each fact was read.\n\n" + FIGURES)
     _add_selection(ls)
     ls.add_argument("--json", action="store_true", help="print the entries as JSON (with their sources and notes)")
     ls.set_defaults(func=_cmd_list)
     ev = sub.add_parser("eval", help="convert releases and re-measure their held-out loss (and lm-eval tasks)",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
                         description="Convert each selected release once (depthbench.from_released, cached), measure "
                                     "its held-out loss on --data (prepared with the release's tokenizer) and the "
                                     "--tasks, and write results.csv, the loss-vs-aspect-ratio plot and report.md "
-                                    "as a sweep does, with the study's published figures beside. Resumable.")
+                                    "as a sweep does, with the study's published figures beside. Resumable. The "
+                                    "download size, parameters and FLOPs of the selection are printed first; above "
+                                    "--confirm-above GB it needs --yes.\n\n" + FIGURES)
     _add_selection(ev)
     ev.add_argument("--repo", action="append", help="a release repository by name (repeatable), e.g. one whose "
                                                     "name the catalogue does not know")
     ev.add_argument("--data", required=True, help="held-out token-shard folder (depthbench prepare-data)")
-    ev.add_argument("--split", default="eval", help="split of --data to measure (default eval)")
+    ev.add_argument("--split", default="train",
+                    help="split of --data to measure (default train: `depthbench prepare-data FILE` puts a file given "
+                         "as input, the study's held-out parquet, into the train split)")
+    ev.add_argument("--best-lr", action="store_true",
+                    help="measure every LR known for each selected shape (the Hub listing of `released sync` knows "
+                         "them) and report the best, as the study does (default: one LR per shape)")
+    ev.add_argument("--yes", action="store_true", help="go ahead above --confirm-above")
+    ev.add_argument("--confirm-above", type=float, default=20.0,
+                    help="download size in GB above which --yes is needed (default 20)")
     ev.add_argument("-o", "--output", required=True, help="output folder (a sweep-like folder; rerun to resume)")
     ev.add_argument("--step", type=int, help="checkpoint step (default: the catalogue's final step, else the latest)")
     ev.add_argument("--max-tokens", type=_positive, help="measure at most this many tokens (default: the whole split)")

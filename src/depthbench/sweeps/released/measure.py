@@ -110,18 +110,27 @@ def _convert(target: Target, step: int, dtype: str, hub: Hub):
                          endpoint=hub.endpoint, hub_cache_dir=hub.hub_cache_dir, dtype=getattr(torch, dtype))
 
 
-def _shape_check(target: Target, config) -> str | None:
-    """A warning when the release's shape is not the catalogue's (``None`` when it is, or nothing is catalogued)."""
-    if target.grid is None:
-        return None
-    from depthbench.shapes import get_grid
+def check_shape(target: Target, config: dict[str, Any]) -> None:
+    """Refuse a release whose ``config.json`` shape (width, depth, heads) is not its catalogue entry's, naming both
+    (checked before any weights are downloaded); nothing to check when the target has no entry of a grid shape."""
+    from depthbench.hub.listing import config_shape
 
-    shape = get_grid(target.grid).shape(target.depth)
-    got = (config.hidden_size, config.num_hidden_layers)
-    if got != (shape.hidden_size, shape.num_layers):
-        return (f"the release holds d={got[0]}, L={got[1]}, the catalogue's {target.shape} is d={shape.hidden_size}, "
-                f"L={shape.num_layers}: results use the release's own shape")
-    return None
+    entry = target.release.grid_shape() if target.release else None
+    if entry is None and target.grid:
+        from depthbench.shapes import get_grid
+
+        entry = get_grid(target.grid).shape(target.depth)
+    if entry is None:
+        return
+    got = config_shape(config or {})
+    want = {"d": entry.hidden_size, "L": entry.num_layers, "heads": entry.num_attention_heads}
+    bad = [k for k in want if got.get(k) is not None and got[k] != want[k]]
+    if bad:
+        have = ", ".join(f"{k}={got.get(k)}" for k in want)
+        expected = ", ".join(f"{k}={v}" for k, v in want.items())
+        raise CatalogueError(f"{target.repo}: its config.json has {have}, but the catalogue entry it was matched to "
+                             f"({target.arch} {target.shape}) has {expected}; `depthbench released sync` matches "
+                             "repositories to entries by their config.json")
 
 
 def measure_release(target: Target, run_dir: str, m: Measurement, hub: Hub, shards, *,
@@ -134,7 +143,9 @@ def measure_release(target: Target, run_dir: str, m: Measurement, hub: Hub, shar
     from depthbench.sweeps.released.folder import link_model, write_run_config, write_summary
 
     local, step, config_path = fetch_release_meta(target, hub)
-    check = check_tokenizer(shards, target.repo, os.path.join(local, "tokenizer"), atomic.read_json(config_path))
+    release_config = atomic.read_json(config_path)
+    check_shape(target, release_config)
+    check = check_tokenizer(shards, target.repo, os.path.join(local, "tokenizer"), release_config)
     log(f"  tokenizer {check['status']}: {check['detail']}")
     dtype, device = m.resolved_dtype(), m.device_name()
     where = "the root checkpoint" if step is None else f"step{step}"
@@ -147,9 +158,6 @@ def measure_release(target: Target, run_dir: str, m: Measurement, hub: Hub, shar
         "total": sum(p.numel() for p in model.parameters())}
     conversion = atomic.read_json(os.path.join(model.name_or_path, "depthbench_conversion.json"))
     write_run_config(run_dir, target, step, config.to_dict(), counts, conversion)
-    warning = _shape_check(target, config)
-    if warning:
-        log(f"  warning: {warning}")
     seq_len = m.seq_len or int(config.max_position_embeddings)
     with tqdm(desc=f"  held-out loss ({seq_len}-token windows)", unit="window", dynamic_ncols=True) as bar:
         def progress(done: int, total: int) -> None:
@@ -160,7 +168,7 @@ def measure_release(target: Target, run_dir: str, m: Measurement, hub: Hub, shar
                               progress=progress)
     extra = {"data": os.path.abspath(shards.data_dir), "split": shards.split,
              "content_hash": shards.meta.get("content_hash"), "dtype": dtype, "device": device,
-             "tokenizer": check, **({"shape_warning": warning} if warning else {})}
+             "tokenizer": check}
     summary = write_summary(run_dir, target, step, shards.split, result, extra, tokens_per_step)
     del model
     if torch.cuda.is_available():
