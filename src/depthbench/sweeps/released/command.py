@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import textwrap
 
 
 def _names(text: str) -> list[str]:
@@ -107,6 +108,11 @@ FIGURES = """which selection reproduces which figure of the study (arXiv 2609.32
   each at its best LR: --best-lr measures every LR `depthbench released sync` found"""
 
 
+def _w(text: str) -> str:
+    """``text`` wrapped for a raw-formatted description (which keeps :data:`FIGURES`' table as written)."""
+    return textwrap.fill(text, width=100)
+
+
 def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", type=_names, help="architectures, comma separated (registry ids or the names' "
                                                "spellings: pre_ln or preln, attnres, block_attnres, ...)")
@@ -128,9 +134,9 @@ def register_cli(subparsers) -> None:
     """Add ``depthbench released`` (``list``, ``eval``)."""
     p = subparsers.add_parser("released", help="the study's released checkpoints: list them, re-measure them",
                               formatter_class=argparse.RawDescriptionHelpFormatter,
-                              description="The aspect-ratio-scaling repositories of the study (arXiv 2609.32534): "
+                              description=_w("The aspect-ratio-scaling repositories of the study (arXiv 2609.32534): "
                                           "`sync` reads the organisation's Hub listing, `list` prints the catalogue, "
-                                          "`eval` converts and re-measures a selection.\n\n" + FIGURES)
+                                          "`eval` converts and re-measures a selection.") + "\n\n" + FIGURES)
     sub = p.add_subparsers(dest="released_command", metavar="<sync|list|eval>")
     sy = sub.add_parser("sync", help="read the organisation's Hub listing into a local overlay of the catalogue",
                         description="List every repository of the organisation through huggingface_hub (names, "
@@ -146,20 +152,20 @@ def register_cli(subparsers) -> None:
     sy.set_defaults(func=_cmd_sync)
     ls = sub.add_parser("list", help="the catalogue of released repositories",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
-                        description="A per-tier summary (named / unknown / published figures), then every released "
+                        description=_w("A per-tier summary (named / unknown / published figures), then every released "
                                     "repository as the study names it, with its architecture, shape (d, L, d/L), "
-                                    "peak LR, final step, storage and where each fact was read.\n\n" + FIGURES)
+                                    "peak LR, final step, storage and where each fact was read.") + "\n\n" + FIGURES)
     _add_selection(ls)
     ls.add_argument("--json", action="store_true", help="print the entries as JSON (with their sources and notes)")
     ls.set_defaults(func=_cmd_list)
     ev = sub.add_parser("eval", help="convert releases and re-measure their held-out loss (and lm-eval tasks)",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
-                        description="Convert each selected release once (depthbench.from_released, cached), measure "
+                        description=_w("Convert each selected release once (depthbench.from_released, cached), measure "
                                     "its held-out loss on --data (prepared with the release's tokenizer) and the "
                                     "--tasks, and write results.csv, the loss-vs-aspect-ratio plot and report.md "
                                     "as a sweep does, with the study's published figures beside. Resumable. The "
                                     "download size, parameters and FLOPs of the selection are printed first; above "
-                                    "--confirm-above GB it needs --yes.\n\n" + FIGURES)
+                                    "--confirm-above GB it needs --yes.") + "\n\n" + FIGURES)
     _add_selection(ev)
     ev.add_argument("--repo", action="append", help="a release repository by name (repeatable), e.g. one whose "
                                                     "name the catalogue does not know")
