@@ -19,8 +19,27 @@ REPO_ARCH_NAMES: dict[str, str] = {
     "preln": "pre_ln", "base": "pre_ln", "pre-ln": "pre_ln", "postln": "post_ln", "postnorm": "post_ln",
     "periln": "peri_ln", "peri-ln": "peri_ln", "sandwich": "peri_ln", "lns": "lns", "deepnorm": "deepnorm",
     "keel": "keel", "hc": "hc", "mhc": "mhc", "attnres": "attnres", "full-attnres": "attnres",
-    "block-attnres": "block_attnres", "moda": "moda", "depth-mup": "depth_mup", "completep": "completep",
-    "mix-ln": "mix_ln", "denseformer": "denseformer",
+    "block-attnres": "block_attnres", "moda": "moda", "prenorm-moda": "moda", "postnorm-moda": "moda",
+    "depth-mup": "depth_mup", "completep": "completep", "mix-ln": "mix_ln", "denseformer": "denseformer",
+}
+#: Name forms that select a variant of an architecture (the converter reads the same from ``model.block.name``):
+#: post-norm MoDA is the study's ``post_norm_moda`` block, converted as ``moda`` with ``moda_post_norm=True``.
+REPO_NAME_VARIANTS: dict[str, str] = {"postnorm-moda": "post_norm"}
+_SCRIPT = "keyu-wang-2002/DepthBench examples/pretrain_400m.sh (commit 100da5f4)"
+_README = "keyu-wang-2002/DepthBench README.md, section 'Checkpoints'"
+#: Where each name form is used by the study (a form without an entry here is depthbench's own alias).
+REPO_NAME_SOURCES: dict[str, str] = {
+    "preln": f"{_README} (its example repository preln-lr2e-3-llama-400M-L24-pretrain)",
+    "base": f"{_README}: 'Pre-LN uses base at 200M / 300M / 500M'",
+    "periln": f"{_SCRIPT}: run pretrain-periln-400M-lr2e-3", "lns": f"{_SCRIPT}: run pretrain-lns-400M-lr1e-2",
+    "deepnorm": f"{_SCRIPT}: run pretrain-deepnorm-400M-lr2e-3", "keel": f"{_SCRIPT}: run pretrain-keel-400M-lr2e-3",
+    "hc": "keyu-wang-2002/DepthBench examples/pretrain_hyper_connections_shape.sh (L16-L32)",
+    "mhc": "keyu-wang-2002/DepthBench examples/pretrain_hyper_connections_shape.sh (L16-L32)",
+    "postnorm": f"{_SCRIPT}: run pretrain-postnorm-400M-lr2e-3",
+    "attnres": f"{_SCRIPT}: run pretrain-attnres-400M-lr2e-3",
+    "block-attnres": "the organisation's Hub listing (block-attnres-lr2e-3-llama-400M-L16 ... L32-pretrain)",
+    "prenorm-moda": f"{_SCRIPT}: run pretrain-prenorm-moda-400M-lr2e-3 (examples/pretrain_moda.py)",
+    "postnorm-moda": f"{_SCRIPT}: run pretrain-postnorm-moda-400M-lr2e-3 (examples/pretrain_postnorm_moda.py)",
 }
 _NAME_RE = re.compile(r"^(?P<arch>.+?)-lr(?P<lr>[0-9.]+e-?[0-9]+|[0-9.]+)-llama-(?P<budget>[0-9.]+[MBK])"
                       r"-L(?P<depth>[0-9]+)(?P<rest>(-[A-Za-z0-9.]+)*)$")
@@ -64,7 +83,8 @@ def converted_repo_name(source_repo: str, org: str | None = None) -> str:
 
 
 def parse_repo_name(repo: str) -> dict:
-    """Settings carried by a release name: ``{"arch", "lr", "budget", "depth", "suffix"}``.
+    """Settings carried by a release name: ``{"arch", "lr", "budget", "depth", "suffix", "name", "variant"}``
+    (``name``: the architecture as the name spells it; ``variant``: :data:`REPO_NAME_VARIANTS`' entry or ``None``).
 
     Raises ``ValueError`` (naming the expected pattern) when the name does not follow the convention or names an
     architecture depthbench does not know.
@@ -78,4 +98,5 @@ def parse_repo_name(repo: str) -> dict:
         raise ValueError(f"repository name {name!r}: unknown architecture {arch_name!r}; known: "
                          f"{', '.join(sorted(REPO_ARCH_NAMES))}")
     return {"arch": REPO_ARCH_NAMES[arch_name], "lr": float(match["lr"]), "budget": match["budget"],
-            "depth": int(match["depth"]), "suffix": match["rest"].lstrip("-")}
+            "depth": int(match["depth"]), "suffix": match["rest"].lstrip("-"), "name": arch_name,
+            "variant": REPO_NAME_VARIANTS.get(arch_name)}

@@ -8,7 +8,8 @@ Implemented (model repos; every upload is a "regular" upload: base64 file conten
 * writes (create, commit, branches, delete) need a write token and a namespace the user can write to (``tester``,
   ``aspect-ratio-scaling``), else 403, as on the Hub;
 * ``POST /api/repos/create``, ``DELETE /api/repos/delete``; ``GET /api/models/{repo}[/revision/{rev}]`` (model
-  info with ``siblings``);
+  info with ``siblings``); ``GET /api/models?author=ORG`` (the listing of ``list_models``: private repositories only
+  with a token, paginated by a ``Link: <...>; rel="next"`` header as on the Hub, ``PAGE_SIZE`` per page);
 * ``GET /api/models/{repo}/tree/{rev}[/{path}]`` (recursive listing with git-blob oids), ``.../refs``,
   ``.../commits/{rev}`` (the history, newest first, ending with the repository's initial commit);
 * ``POST /api/models/{repo}/preupload/{rev}`` and ``POST /api/models/{repo}/commit/{rev}`` (NDJSON: header with
@@ -24,6 +25,8 @@ Every request is recorded in ``server.requests`` as ``(method, path)``, so tests
 Faults: :meth:`HubServer.fail_write` makes the n-th write request from now (POST or DELETE other than
 ``validate-yaml``) fail with an HTTP error, either refused (nothing changes) or applied with the answer lost (the
 change is made, the client sees the error: a timeout after the server acted); ``server.writes`` counts the writes.
+:meth:`HubServer.fail_read` makes GET requests whose path matches a pattern fail (after ``skip`` good ones), so a
+reader can be cut off in the middle of its work (``server.reads_failed`` counts them).
 Usage: ``with HubServer() as hub: os.environ["HF_ENDPOINT"] = hub.url`` (set before huggingface_hub is imported in
 a subprocess; in-process, pass ``endpoint=hub.url`` to ``HfApi``).
 """
@@ -94,6 +97,8 @@ class HubServer:
         self.requests: list[tuple[str, str]] = []
         self.writes = 0  # write requests so far (POST/DELETE, validate-yaml excluded)
         self.faults: dict[int, tuple[int, bool]] = {}  # write index -> (HTTP status, applied before failing)
+        self.read_faults: list[list] = []  # [compiled pattern, good requests still to let through, HTTP status]
+        self.reads_failed = 0
         self.lock = threading.Lock()
         hub = self
 
@@ -122,6 +127,15 @@ class HubServer:
         repo = self.repos.setdefault(repo_id, Repo(repo_id, private=private))
         head = repo.branches["main"]
         repo.branches["main"] = repo.add_commit(head, {**repo.commits[head], **files}, f"release {time.time()}")
+
+    def fail_read(self, pattern: str, skip: int = 0, status: int = 500) -> None:
+        """Let ``skip`` GET/HEAD requests whose path matches ``pattern`` (a regex) through, then fail every further
+        one with HTTP ``status`` (until :meth:`heal`)."""
+        self.read_faults.append([re.compile(pattern), skip, status])
+
+    def heal(self) -> None:
+        """Remove every read fault."""
+        self.read_faults.clear()
 
     def fail_write(self, index: int, status: int = 500, applied: bool = False) -> None:
         """Make the write request number ``index`` (0 = the next one) fail with HTTP ``status``; with ``applied``
@@ -215,6 +229,14 @@ class _Handler(BaseHTTPRequestHandler):
             if method in ("POST", "DELETE") and path != "/api/validate-yaml":
                 fault = hub.faults.pop(hub.writes, None)
                 hub.writes += 1
+            for read_fault in hub.read_faults if method in ("GET", "HEAD") else ():
+                if read_fault[0].search(path):
+                    if read_fault[1] > 0:
+                        read_fault[1] -= 1
+                        break
+                    hub.reads_failed += 1
+                    return self._error(read_fault[2], "InjectedFault", f"injected failure of {method} {path}",
+                                       head=method == "HEAD")
             try:
                 if fault is None:
                     return self._dispatch(method, path, query, body)
@@ -267,6 +289,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json({"url": f"{hub.url}/{repo_id}", "name": repo_id})
         if path.startswith("/api/collections"):
             return self._collections(method, path, body)
+        if path == "/api/models" and method == "GET":
+            return self._list_models(query)
         match = re.match(r"^/api/models/([^/]+/[^/]+)(.*)$", path)
         if match:
             return self._model_api(method, match[1], match[2], query, body)
@@ -274,6 +298,22 @@ class _Handler(BaseHTTPRequestHandler):
         if match and method in ("GET", "HEAD"):
             return self._resolve(method, match[1], match[2], match[3])
         return self._error(404, "NotFound", f"no route for {method} {path}")
+
+    PAGE_SIZE = 50
+
+    def _list_models(self, query: dict) -> None:
+        hub = self.server_hub
+        author = query.get("author", [None])[0]
+        repos = [r for rid, r in sorted(hub.repos.items()) if (author is None or rid.split("/")[0] == author)
+                 and (not r.private or self._token())]
+        start = int(query.get("cursor", ["0"])[0])
+        page = repos[start:start + self.PAGE_SIZE]
+        headers = {"Content-Type": "application/json"}
+        if start + self.PAGE_SIZE < len(repos):
+            params = "&".join(f"{k}={v[0]}" for k, v in query.items() if k != "cursor")
+            headers["Link"] = f'<{hub.url}/api/models?{params}&cursor={start + self.PAGE_SIZE}>; rel="next"'
+        body = [{"id": r.repo_id, "modelId": r.repo_id, "private": r.private, "sha": r.branches["main"]} for r in page]
+        self._send(200, json.dumps(body).encode(), headers)
 
     def _model_api(self, method: str, repo_id: str, rest: str, query: dict, body: bytes) -> None:
         hub = self.server_hub

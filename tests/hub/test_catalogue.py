@@ -133,13 +133,17 @@ def test_published_completion_nll_names_depthbench_tasks():
 
 
 def test_list_command_table_json_and_errors(capsys):
-    assert main(["released", "list", "--arch", "hc", "--size", "400M", "--depth", "24,70"]) == 0
+    assert main(["released", "list", "--arch", "hc", "--size", "400M", "--depth", "24,70", "--no-listing"]) == 0
     out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["tier", "entries", "named"]  # the per-tier summary first
+    assert out[1].split()[:5] == ["400M", "1", "1", "0", "1"] and "Fig. 2 left" in out[1]
+    assert out[2].split()[:5] == ["400M-deep", "1", "1", "0", "1"]
+    out = out[out.index("") + 1:]
     assert out[0].split()[:4] == ["repo", "arch", "tier", "shape"]
     assert out[1].split()[:4] == ["aspect-ratio-scaling/hc-lr2e-3-llama-400M-L24-pretrain", "hc", "400M", "400m-L24"]
     assert out[2].split()[:6] == ["aspect-ratio-scaling/hc-lr2e-3-llama-400M-L70-pretrain", "hc", "400M-deep",
                                   "400m-L70", "640", "70"]
-    assert main(["released", "list", "--tier", "200M", "--depth", "12", "--json"]) == 0
+    assert main(["released", "list", "--tier", "200M", "--depth", "12", "--json", "--no-listing"]) == 0
     entries = json.loads(capsys.readouterr().out)
     assert len(entries) == 5 and all(e["repo"] is None and e["lr"] is None for e in entries)
     assert {e["shape"] for e in entries} == {"200m-L12"} and entries[0]["d"] == 896 and entries[0]["final_step"] == 3800

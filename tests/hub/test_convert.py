@@ -236,6 +236,42 @@ def test_release_download_converts_from_the_loopback_hub(tmp_path, monkeypatch):
     assert repo in (converted / "README.md").read_text()
 
 
+def test_a_root_stored_final_checkpoint_converts_from_the_hub_and_locally(tmp_path, monkeypatch):
+    """Some releases hold one final checkpoint at the repository root (config.json + model_and_optim/): from the
+    loopback Hub (from_released, convert) and from a local copy, equal to the model it was written from."""
+    model = randomize(build_model("pre_ln", **SHAPE), seed=5)
+    olmo_state = conv.to_olmo_state("pre_ln", model.state_dict(), SHAPE["num_hidden_layers"])
+    release = tmp_path / "preln-lr2e-3-llama-400M-L3-pretrain"
+    save_dcp(release, olmo_state, olmo_block_config("default"))
+    config = json.loads((release / "config.json").read_text())
+    config["trainer"] = {"max_duration": {"value": 7600, "unit": "steps"}}
+    (release / "config.json").write_text(json.dumps(config))
+    (release / "tokenizer").mkdir()
+    (release / "tokenizer" / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 2048}))
+    files = {str(p.relative_to(release)): p.read_bytes() for p in release.rglob("*") if p.is_file()}
+    repo = f"aspect-ratio-scaling/{release.name}"
+    import depthbench
+
+    with HubServer() as hub:
+        hub.add_repo(repo, files)
+        monkeypatch.setenv("HF_TOKEN", "hf_read_token")
+        kwargs = dict(endpoint=hub.url, hub_cache_dir=str(tmp_path / "hub-cache"))
+        loaded = depthbench.from_released(repo, cache_dir=str(tmp_path / "cache"), **kwargs)
+        with pytest.raises(conv.ConversionError, match="one final checkpoint at its root .*step 7600.*not step 3000"):
+            conv.convert(repo, str(tmp_path / "bad"), step=3000, **kwargs)
+        assert not (tmp_path / "bad").exists()
+    assert torch.equal(logits_of(loaded), logits_of(model))
+    record = json.loads(next((tmp_path / "cache").glob("*/step7600")).joinpath(conv.CONVERSION_RECORD).read_text())
+    assert (record["source_repo"], record["step"]) == (repo, 7600)
+    local = conv.convert(str(release), str(tmp_path / "local"))
+    record = json.loads((tmp_path / "local" / conv.CONVERSION_RECORD).read_text())
+    assert (record["source_repo"], record["step"]) == (release.name, 7600)
+    assert (tmp_path / "local" / "tokenizer_config.json").exists()  # the release's tokenizer/, found at the root
+    from transformers import AutoModelForCausalLM
+
+    assert torch.equal(logits_of(AutoModelForCausalLM.from_pretrained(local)), logits_of(model))
+
+
 # ================================================================================================ export-llama
 def test_export_llama_equals_pre_ln_and_refuses_other_architectures(tmp_path):
     from transformers import AutoConfig, AutoModelForCausalLM, LlamaForCausalLM

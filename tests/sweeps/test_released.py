@@ -210,7 +210,8 @@ def test_report_sets_the_published_figures_beside_the_measured_ones(world, measu
     loss = rows["pre_ln__tiny-L4__lr0.002__s42"]
     line = next(x for x in report.splitlines() if x.startswith("| Pre-LN | tiny-L4 |"))
     cells = [c.strip() for c in line.strip("|").split("|")]
-    assert cells[5:8] == [f"{loss:.4f}", "7.250", f"{loss - 7.25:+.4f}"]
+    assert cells[2] == "2e-3"  # one LR measured: Δ compares that repository with the study's best-LR figure
+    assert cells[6:9] == [f"{loss:.4f}", "7.250", f"{loss - 7.25:+.4f}"]
     results = json.loads((out / "runs" / "pre_ln__tiny-L2__lr0.002__s42" / "eval" / "results.json").read_text())
     nll = results["results"]["depthbench_nll_math"]["nll,none"]
     nll_line = next(x for x in report.splitlines() if x.startswith("| Pre-LN | tiny-L2 |") and " / " in x)
@@ -219,7 +220,7 @@ def test_report_sets_the_published_figures_beside_the_measured_ones(world, measu
     attnres_line = next(x for x in report.splitlines() if x.startswith("| Full AttnRes | tiny-L2 |") and " / " in x)
     assert f"{other['results']['depthbench_nll_math']['nll,none']:.4f} / —" in attnres_line  # none published
     terminal = "\n".join(log)
-    assert "re-measured vs the study's published figure" in terminal and "7.250" in terminal
+    assert "re-measured vs the study's published best-LR figure" in terminal and "7.250" in terminal
 
 
 def test_final_links_into_the_conversion_cache(world, measured):
@@ -300,7 +301,7 @@ def test_command_line_errors_are_clear(world, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     data, cat = str(world["root"] / "heldout"), str(world["root"] / "catalogue.json")
     base = ["released", "eval", "--catalogue", cat, "--data", data, "--seq-len", str(SEQ_LEN), "--device", "cpu",
-            "--cache-dir", str(tmp_path / "conv")]
+            "--cache-dir", str(tmp_path / "conv"), "--no-listing"]
     assert main([*base, "-o", str(tmp_path / "a")]) == 2
     assert "choose the releases" in capsys.readouterr().err
     assert main([*base, "--arch", "hc", "-o", str(tmp_path / "a")]) == 2
@@ -326,3 +327,74 @@ def test_tokenizer_check_without_a_release_tokenizer_uses_the_config_ids(world):
     wrong = {"dataset": {"tokenizer": {"vocab_size": 50280, "eos_token_id": 50279}}}
     with pytest.raises(TokenizerMismatch, match="vocab size 300 here, 50280 in the release; EOS id 0 here, 50279"):
         check_tokenizer(shards, "r", None, wrong)
+
+
+# ================================================================================================ Hub listing
+def _other_lr_releases(world) -> dict[str, float]:
+    """Pre-LN L2 at two more LRs (other weights: other losses) and a repository named 2M-L2 whose config.json has
+    another width; returns the new repositories' LRs."""
+    hub, root = world["hub"], world["root"]
+    out = {}
+    for seed, lr in ((7, "1e-3"), (8, "4e-3")):
+        repo = f"{ORG}/preln-lr{lr}-llama-2M-L2-pretrain"
+        if repo not in hub.repos:
+            folder = root / "src" / f"preln-L2-lr{lr}"
+            write_release(folder, "pre_ln", 2, world["tokenizer"], seed=seed)
+            hub.add_repo(repo, files_of(folder))
+        out[repo] = float(lr)
+    return out
+
+
+def test_best_lr_measures_every_listed_lr_and_reports_the_best(world, tmp_path):
+    from depthbench.hub.listing import sync
+    from depthbench.sweeps.released.compare import comparison_rows
+
+    lrs = _other_lr_releases(world)
+    listing = sync(endpoint=world["hub"].url, token=False, path=str(tmp_path / "listing.json"), log=lambda *_: None)
+    catalogue = world["catalogue"].with_listing(listing)
+    one = select_targets(catalogue, archs=["pre_ln"], depths=[2])
+    assert [t.repo for t in one] == [repo_of("preln", 2)]  # one LR per shape unless --best-lr: the catalogue's
+    targets = select_targets(catalogue, archs=["pre_ln"], depths=[2], best_lr=True)
+    assert {t.repo for t in targets} == {repo_of("preln", 2), *lrs}
+    out = tmp_path / "out"
+    evaluate_releases(targets, str(out), Measurement(data=str(world["root"] / "heldout"), split="eval",
+                                                     seq_len=SEQ_LEN, device="cpu"),
+                      hub_of(world, "best"), published=PUBLISHED, log=lambda *_: None)
+    rows = comparison_rows(str(out), PUBLISHED)
+    losses = {r["lr"]: r["loss"] for r in rows}
+    assert len(losses) == 3 and all(r["lrs"] == 3 for r in rows)
+    best = [r for r in rows if r["best"]]
+    assert len(best) == 1 and best[0]["loss"] == min(losses.values())
+    assert best[0]["delta"] == pytest.approx(best[0]["loss"] - 7.5)
+    assert all(r["delta"] is None for r in rows if not r["best"])
+    report = (out / "report.md").read_text()
+    assert "(best of 3)" in report and report.count("(not best of 3)") == 2
+
+
+def test_a_release_whose_config_is_not_its_entry_s_shape_is_refused_naming_both(world, tmp_path):
+    folder = world["root"] / "src" / "mismatch"
+    repo = f"{ORG}/preln-lr3e-3-llama-2M-L2-pretrain"
+    if repo not in world["hub"].repos:
+        write_release(folder, "pre_ln", 4, world["tokenizer"], seed=9)  # an L4 model under an L2 name
+        world["hub"].add_repo(repo, files_of(folder))
+    targets = select_targets(world["catalogue"], repos=[repo])
+    assert targets[0].shape == "tiny-L2"  # matched by its name only (no listing)
+    refused = r"config.json has d=\d+, L=4, heads=\d+, but the catalogue entry .*\(pre_ln tiny-L2\) has d=\d+, L=2"
+    with pytest.raises(measure.ReleasesFailed, match=refused):
+        evaluate_releases(targets, str(tmp_path / "out"), Measurement(data=str(world["root"] / "heldout"),
+                                                                      seq_len=SEQ_LEN, device="cpu"),
+                          hub_of(world, "mismatch"), published=PUBLISHED, log=lambda *_: None)
+    assert not list(world["root"].glob("hub-mismatch/models--*/blobs/*.distcp"))  # refused before any weights
+
+
+def test_eval_prints_the_cost_and_asks_for_yes_above_the_threshold(world, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_ENDPOINT", world["hub"].url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    base = ["released", "eval", "--catalogue", str(world["root"] / "catalogue.json"), "--no-listing",
+            "--data", str(world["root"] / "heldout"), "--split", "eval", "--seq-len", str(SEQ_LEN), "--device", "cpu",
+            "--cache-dir", str(tmp_path / "conv"), "--arch", "preln", "-o", str(tmp_path / "out")]
+    assert main([*base, "--confirm-above", "1e-9"]) == 2
+    captured = capsys.readouterr()
+    assert "2 release(s):" in captured.out and "estimated at 6 bytes per parameter" in captured.out
+    assert "PFLOP forward per 10^9 held-out tokens" in captured.out
+    assert "pass --yes" in captured.err and not (tmp_path / "out").exists() and not (tmp_path / "hub").exists()

@@ -286,8 +286,8 @@ def convert(source: str, output_dir: str, step: int | None = None, arch: str | N
     return write_atomically(output_dir, lambda folder: _save(folder, model, src.tokenizer_dir, record, notes))
 
 
-def _cache_name(step: int, readout: str | None, dtype) -> str:
-    parts = [f"step{step}"] + ([f"readout-{readout}"] if readout else [])
+def _cache_name(step: int | None, readout: str | None, dtype) -> str:
+    parts = [f"step{step}" if step is not None else "root"] + ([f"readout-{readout}"] if readout else [])
     return "-".join(parts + ([f"dtype-{str(dtype).replace('torch.', '')}"] if dtype is not None else []))
 
 
@@ -296,8 +296,11 @@ def from_released(repo_id: str, step: int | None = None, cache_dir: str | None =
                   **from_pretrained_kwargs):
     """A released model of the study as a depthbench model, converted once into the local cache.
 
-    ``depthbench.from_released("aspect-ratio-scaling/preln-lr2e-3-llama-400M-L24-pretrain", step=7600)``. The
-    conversion lives in ``$HF_HOME/depthbench/converted/<repo>/step<N>`` (``cache_dir`` to change; ``readout`` and
+    ``depthbench.from_released("aspect-ratio-scaling/preln-lr2e-3-llama-400M-L24-pretrain", step=7600)``. A
+    repository storing its final checkpoint at the root (``config.json`` + ``model_and_optim/``) is converted from
+    there (``step``: ``None`` or that checkpoint's final step). The conversion lives in
+    ``$HF_HOME/depthbench/converted/<repo>/step<N>`` (``root`` when the step is not stated; ``cache_dir`` to
+    change; ``readout`` and
     ``dtype``, as :func:`convert` takes them, are part of the folder name) and is reused; a failed conversion
     leaves no entry. ``dtype`` is also the loaded model's dtype. ``endpoint`` / ``hub_cache_dir`` override
     ``HF_ENDPOINT`` and the Hub download cache; other keywords go to ``from_pretrained``.

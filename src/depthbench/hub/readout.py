@@ -21,7 +21,7 @@ tenths of a nat to nats per token (tests/hub/test_readout.py: tiny models of the
 to 3.7 nats; docs/hub.md has the table), whereas an untrained checkpoint (step 0) predicts almost uniformly under
 its better readout, within a small fraction of a nat of ln V, which the first condition refuses (the temperature
 alone may separate the two readouts there: 0.097 nat in that test). 0.1 nat/token over the sample's hundreds of
-tokens is far above the noise of such a mean and below what a trained model shows. Both figures are printed and
+tokens is far above the noise of such a mean and below what a trained model shows. Both figures are logged and
 recorded, with the choice, in ``config.json`` (``hc_readout_evidence`` / ``mhc_readout_evidence``) and in the model
 card.
 """
@@ -29,11 +29,14 @@ card.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from collections.abc import Callable
 from typing import Any
 
 from depthbench.hub.translators import ConversionError, Translator
+
+logger = logging.getLogger(__name__)
 
 SAMPLE = "readout_sample.txt"
 TRAINED_GAP_NATS = 1.0
@@ -102,11 +105,12 @@ def _rule(vocab_size: int) -> str:
 
 def decide_readout(translator: Translator, fields: dict[str, Any], readout: str | None,
                    tokenizer: Callable[[], Any], build: Callable[[dict[str, Any]], Any],
-                   report: Callable[[str], None] = print) -> dict | None:
+                   report: Callable[[str], None] = logger.info) -> dict | None:
     """Fill ``fields[translator.readout_field]`` when the checkpoint's config left it undecided (``None``): the
     user's ``readout``, else the evidence of :func:`choose` on models made by ``build(fields)`` with the release's
-    tokenizer (``tokenizer()``, ``None`` when there is none). Returns the evidence record (also stored in the config
-    as ``<field>_evidence``), or ``None`` when the config decided."""
+    tokenizer (``tokenizer()``, ``None`` when there is none); both losses go to ``report`` (default: this module's
+    logger at INFO, as transformers reports what it loads; ``depthbench convert`` prints the notes). Returns the
+    evidence record (also stored in the config as ``<field>_evidence``), or ``None`` when the config decided."""
     field = translator.readout_field
     if field is None or fields.get(field) is not None:
         if readout is not None:

@@ -252,6 +252,13 @@ def locate_local(source: str, step: int | None, tokenizer_dir: str | None, repo_
         if step is not None and int(match[1]) != step:
             raise ConversionError(f"{source} is step {match[1]}, not --step {step}")
         release, step_dir, step = os.path.dirname(path), path, int(match[1])
+    elif os.path.isdir(path) and is_root_stored(path):  # a release storing its final checkpoint at the root
+        release, step_dir = path, path
+        final = root_final_step(os.path.join(path, "config.json"))
+        if step is not None and step != final:
+            raise ConversionError(f"{source} stores one final checkpoint at its root (step {final or 'not stated'}), "
+                                  f"not --step {step}")
+        step = final
     else:
         release, step_dir = None, path
     name = repo_name or os.path.basename(release or path.rstrip(os.sep))
@@ -260,10 +267,23 @@ def locate_local(source: str, step: int | None, tokenizer_dir: str | None, repo_
     return Source(step_dir, step, name, tokenizer, config)
 
 
+def root_final_step(config_path: str) -> int | None:
+    """The final step of a root-stored checkpoint: its ``config.json``'s ``trainer.max_duration`` when given in
+    steps (``None`` when it does not say)."""
+    trainer = read_release_config(config_path).get("trainer")
+    duration = trainer.get("max_duration") if isinstance(trainer, dict) else None
+    if isinstance(duration, dict) and duration.get("unit") == "steps" and isinstance(duration.get("value"), int):
+        return duration["value"]
+    return None
+
+
 def download_release(repo_id: str, step: int | None, cache_dir: str | None = None,
-                     revision: str | None = None, endpoint: str | None = None) -> tuple[str, int]:
+                     revision: str | None = None, endpoint: str | None = None) -> tuple[str, int | None]:
     """Fetch what a conversion needs from a release repository; returns (local snapshot folder, step).
 
+    A repository holds ``step<N>/`` folders, or one final checkpoint at its root (``config.json`` +
+    ``model_and_optim/``, as some of the study's releases do); for a root-stored one the step is its config's
+    final step (``None`` when the config does not say), and ``step`` must be that step or ``None``.
     ``endpoint`` overrides ``HF_ENDPOINT`` (a mirror, or the tests' loopback Hub); ``cache_dir`` the Hub cache.
     """
     from huggingface_hub import HfApi, snapshot_download
@@ -271,16 +291,27 @@ def download_release(repo_id: str, step: int | None, cache_dir: str | None = Non
     api = HfApi(endpoint=endpoint)
     files = api.list_repo_files(repo_id, revision=revision)
     steps = sorted({int(m[1]) for f in files if (m := re.match(r"^step(\d+)/", f))})
-    if not steps:
-        raise ConversionError(f"{repo_id} has no step<N>/ folders: is it one of the study's OLMo-core releases?")
-    if step is None:
-        step = steps[-1]
-    if step not in steps:
-        raise ConversionError(f"{repo_id} has no step{step}/; available steps: {', '.join(map(str, steps))}")
-    prefix = f"step{step}/"
+    root = not steps and "config.json" in files and "model_and_optim/.metadata" in files
+    if not steps and not root:
+        raise ConversionError(f"{repo_id} holds no checkpoint (neither step<N>/ folders nor config.json + "
+                              "model_and_optim/ at its root): is it one of the study's OLMo-core releases?")
+    if root:
+        prefix = ""
+    else:
+        if step is None:
+            step = steps[-1]
+        if step not in steps:
+            raise ConversionError(f"{repo_id} has no step{step}/; available steps: {', '.join(map(str, steps))}")
+        prefix = f"step{step}/"
     meta_patterns = [f"{prefix}config.json", f"{prefix}model_and_optim/.metadata", "tokenizer/*"]
     local = snapshot_download(repo_id, revision=revision, allow_patterns=meta_patterns, cache_dir=cache_dir,
                               endpoint=endpoint)
+    if root:
+        final = root_final_step(os.path.join(local, "config.json"))
+        if step is not None and step != final:
+            raise ConversionError(f"{repo_id} stores one final checkpoint at its root (step {final or 'not stated'}), "
+                                  f"not step {step}; omit --step")
+        step = final
     metadata = os.path.join(local, prefix, "model_and_optim", ".metadata")
     if not os.path.exists(metadata):
         raise ConversionError(f"{repo_id}: {prefix}model_and_optim/.metadata is missing")
@@ -290,11 +321,18 @@ def download_release(repo_id: str, step: int | None, cache_dir: str | None = Non
     return local, step
 
 
+def is_root_stored(folder: str) -> bool:
+    """``folder`` (a snapshot or a local release) holds its checkpoint at the root."""
+    return os.path.isfile(os.path.join(folder, "model_and_optim", ".metadata")) and \
+        os.path.isfile(os.path.join(folder, "config.json"))
+
+
 def locate_hub(repo_id: str, step: int | None, tokenizer_dir: str | None, config_path: str | None,
                **download) -> Source:
     """A Hub release: downloads the model part of ``step`` (default: the last one)."""
     local, step = download_release(repo_id, step, **download)
-    step_dir = os.path.join(local, f"step{step}")
+    step_dir = local if is_root_stored(local) and not os.path.isdir(os.path.join(local, f"step{step}")) \
+        else os.path.join(local, f"step{step}")
     return Source(step_dir, step, repo_id, tokenizer_dir or _existing_dir(os.path.join(local, "tokenizer")),
                   config_path or os.path.join(step_dir, "config.json"))
 

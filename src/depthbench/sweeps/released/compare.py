@@ -39,11 +39,13 @@ def comparison_rows(out_dir: str, published: dict[str, Any] | None = None) -> li
         release, config = record.get("release") or {}, (record.get("resolved") or {}).get("model_config") or {}
         grid, depth = release.get("grid"), release.get("depth")
         loss = next(iter((run.summary.get("eval") or {}).values()), None)
-        theirs = published_loss(published, run.arch, grid, depth)
+        variant = ((release.get("catalogue") or {}).get("variant"))
+        theirs = None if variant else published_loss(published, run.arch, grid, depth)
         ours_nll, theirs_nll = _nll(run.run_dir, tasks), published_nll(published, run.arch, grid, depth)
         layers, width = config.get("num_hidden_layers"), config.get("hidden_size")
         rows.append({
             "arch": run.arch, "label": labels.get(run.arch, run.arch), "shape": run.shape, "repo": release.get("repo"),
+            "lr": run.id.lr if run.id else None,
             "L": layers, "d": width, "aspect_ratio": width / layers if layers and width else None,
             "step": release.get("step"), "loss": loss, "published_loss": theirs,
             "delta": loss - theirs if loss is not None and theirs is not None else None,
@@ -51,7 +53,31 @@ def comparison_rows(out_dir: str, published: dict[str, Any] | None = None) -> li
             "nll": {dom: (ours_nll.get(dom), theirs_nll.get(dom)) for dom in tasks
                     if dom in ours_nll or dom in theirs_nll},
         })
-    return sorted(rows, key=lambda r: (r["arch"], r["L"] or 0))
+    return mark_best_lr(sorted(rows, key=lambda r: (r["arch"], r["L"] or 0, r["lr"] or 0)))
+
+
+def mark_best_lr(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (architecture, shape): ``lrs`` (how many LRs were measured) and ``best`` (the row of the lowest
+    re-measured loss), as the study reports each configuration at its best LR; Δ is kept for the best row only
+    (the study's figure is the best-LR run's, so another LR's difference says nothing about the conversion)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["arch"], r["shape"]), []).append(r)
+    for group in groups.values():
+        measured = [r for r in group if r["loss"] is not None and math.isfinite(r["loss"])]
+        best = min(measured, key=lambda r: r["loss"]) if measured else None
+        for r in group:
+            r["lrs"], r["best"] = len(group), r is best
+            if not r["best"]:
+                r["delta"] = None
+    return rows
+
+
+def _lr_cell(r: dict[str, Any]) -> str:
+    from depthbench.repo_names import format_lr
+
+    lr = format_lr(r["lr"]) if r.get("lr") else "?"
+    return lr if r["lrs"] == 1 else f"{lr} ({'best' if r['best'] else 'not best'} of {r['lrs']})"
 
 
 def _f(value: float | None, fmt: str = ".4f") -> str:
@@ -69,15 +95,19 @@ def render_section(rows: list[dict[str, Any]], published: dict[str, Any]) -> str
     val, nll = published.get("validation_loss") or {}, published.get("completion_nll") or {}
     lines = ["## The study's published figures beside the re-measured ones", "",
              "Re-measured: the held-out loss of each release as converted by depthbench (this folder). "
-             f"Published: {val.get('metric', 'validation loss')}; source: {val.get('source', '?')}. "
-             "Δ = re-measured − published. The published numbers were read from the paper's plots (three "
+             f"Published: {val.get('metric', 'validation loss')}; source: {val.get('source', '?')}; the study "
+             "reports each configuration at its best peak LR. Δ = re-measured − published: where several LRs of a "
+             "shape were measured here (`released eval --best-lr`), for the best of them only; where one was, Δ "
+             "compares that one repository with the study's best-LR figure (the plotted run may be another LR). "
+             "The published numbers were read from the paper's plots (three "
              "decimals), and a different held-out text, token count or dtype moves the loss too, so read small "
              "differences with care.", ""]
     lines += [f"- {note}" for note in val.get("notes", [])] + ([""] if val.get("notes") else [])
-    lines += ["| arch | shape | L | d/L | step | held-out loss (re-measured) | published | Δ | tokens scored |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += ["| arch | shape | LR | L | d/L | step | held-out loss (re-measured) | published (best LR) | Δ | "
+              "tokens scored |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['label']} | {r['shape']} | {r['L']} | {_f(r['aspect_ratio'], '.1f')} | {r['step']} | "
+        lines.append(f"| {r['label']} | {r['shape']} | {_lr_cell(r)} | {r['L']} | {_f(r['aspect_ratio'], '.1f')} | "
+                     f"{r['step']} | "
                      f"{_f(r['loss'])} | {_f(r['published_loss'], '.3f')} | {_f(r['delta'], '+.4f')} | "
                      f"{r['tokens'] or 0:,} |")
     domains = [d for d in DOMAIN_LABELS if any(d in r["nll"] for r in rows)]
@@ -107,13 +137,15 @@ def print_comparison(out_dir: str, published: dict[str, Any] | None = None, log:
     published = load_published() if published is None else published
     rows = comparison_rows(out_dir, published)
     domains = [d for d in DOMAIN_LABELS if any(d in r["nll"] for r in rows)]
-    header = f"{'arch':<14}{'shape':<12}{'L':>4}{'d/L':>7}{'step':>7}{'loss':>9}{'study':>8}{'delta':>9}" + "".join(
-        f"{DOMAIN_LABELS[d] + ' (ours/study)':>24}" for d in domains)
+    header = (f"{'arch':<14}{'shape':<18}{'LR':<20}{'L':>4}{'d/L':>7}{'step':>7}{'loss':>9}{'study':>8}{'delta':>9}"
+              + "".join(f"{DOMAIN_LABELS[d] + ' (ours/study)':>24}" for d in domains))
     log("")
-    log("held-out loss, re-measured vs the study's published figure (arXiv 2609.32534, Fig. 2/4; see report.md):")
+    log("held-out loss, re-measured vs the study's published best-LR figure (arXiv 2609.32534, Fig. 2/4; see "
+        "report.md); delta: for the best LR measured here of each shape, or the one repository measured:")
     log(header)
     log("-" * len(header))
     for r in rows:
         cells = "".join(f"{_pair(r['nll'].get(d, (None, None))):>24}" for d in domains)
-        log(f"{r['label']:<14}{r['shape']:<12}{r['L'] or '':>4}{_f(r['aspect_ratio'], '.1f'):>7}{r['step'] or '':>7}"
+        log(f"{r['label']:<14}{r['shape']:<18}{_lr_cell(r):<20}{r['L'] or '':>4}{_f(r['aspect_ratio'], '.1f'):>7}"
+            f"{r['step'] or '':>7}"
             f"{_f(r['loss']):>9}{_f(r['published_loss'], '.3f'):>8}{_f(r['delta'], '+.4f'):>9}" + cells)

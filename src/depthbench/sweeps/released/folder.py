@@ -101,7 +101,8 @@ def write_summary(run_dir: str, target: Target, step: int, split: str, result: d
     """``summary.json`` with status ``finished``: the held-out loss as the run's eval split ``split``, the
     release's step and training tokens (step x the study's tokens per step), and ``extra`` (how it was measured)."""
     summary = {"status": "finished", "arch": target.arch, "steps": step,
-               "tokens": step * tokens_per_step if tokens_per_step else None, "final_train_loss": None,
+               "tokens": step * tokens_per_step if tokens_per_step and step is not None else None,
+               "final_train_loss": None,
                "eval": {split: result["loss"]}, "heldout": {**result, **extra},
                "release": {"repo": target.repo, "step": step}}
     atomic.write_json(os.path.join(run_dir, runs.SUMMARY), summary)

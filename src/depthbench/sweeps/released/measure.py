@@ -59,13 +59,17 @@ class Hub:
     readout: str | None = None  # HC/mHC: None = decided per release from the evidence (depthbench convert)
 
 
-def fetch_release_meta(target: Target, hub: Hub) -> tuple[str, int]:
-    """Download only the release's ``tokenizer/`` and ``step<N>/config.json`` (for the tokenizer check before
-    any weights); returns ``(local snapshot, step)``. The step is the target's, or the newest the repository has."""
+def fetch_release_meta(target: Target, hub: Hub) -> tuple[str, int | None, str]:
+    """Download only the release's ``tokenizer/`` and its checkpoint's ``config.json`` (for the tokenizer and shape
+    checks before any weights); returns ``(local snapshot, step, config path)``. The step is the target's, or the
+    newest the repository has; a repository storing one final checkpoint at its root (``config.json`` +
+    ``model_and_optim/``) is read there (its step: the config's final step)."""
     import re
 
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import RepositoryNotFoundError
+
+    from depthbench.hub.release_files import root_final_step
 
     try:
         files = HfApi(endpoint=hub.endpoint).list_repo_files(target.repo)
@@ -74,13 +78,22 @@ def fetch_release_meta(target: Target, hub: Hub) -> tuple[str, int]:
                              f"from the catalogue ({_lr_source(target)}): look it up on "
                              "https://huggingface.co/aspect-ratio-scaling and pass --repo NAME") from None
     steps = sorted({int(m[1]) for f in files if (m := re.match(r"^step(\d+)/", f))})
+    if not steps and "config.json" in files and "model_and_optim/.metadata" in files:
+        local = snapshot_download(target.repo, allow_patterns=["tokenizer/*", "config.json"],
+                                  endpoint=hub.endpoint, cache_dir=hub.hub_cache_dir)
+        config = os.path.join(local, "config.json")
+        final = root_final_step(config)
+        if target.step is not None and final is not None and target.step != final:
+            raise CatalogueError(f"{target.repo} stores one final checkpoint at its root (step {final}), not step "
+                                 f"{target.step}")
+        return local, final, config
     step = target.step if target.step is not None else (steps[-1] if steps else None)
     if step is None or step not in steps:
         raise CatalogueError(f"{target.repo} has no step{step}/ folder; its steps: "
-                             f"{', '.join(map(str, steps)) or 'none (a checkpoint at the repository root)'}")
+                             f"{', '.join(map(str, steps)) or 'none (and no checkpoint at the repository root)'}")
     local = snapshot_download(target.repo, allow_patterns=["tokenizer/*", f"step{step}/config.json"],
                               endpoint=hub.endpoint, cache_dir=hub.hub_cache_dir)
-    return local, step
+    return local, step, os.path.join(local, f"step{step}", "config.json")
 
 
 def _lr_source(target: Target) -> str:
@@ -97,18 +110,27 @@ def _convert(target: Target, step: int, dtype: str, hub: Hub):
                          endpoint=hub.endpoint, hub_cache_dir=hub.hub_cache_dir, dtype=getattr(torch, dtype))
 
 
-def _shape_check(target: Target, config) -> str | None:
-    """A warning when the release's shape is not the catalogue's (``None`` when it is, or nothing is catalogued)."""
-    if target.grid is None:
-        return None
-    from depthbench.shapes import get_grid
+def check_shape(target: Target, config: dict[str, Any]) -> None:
+    """Refuse a release whose ``config.json`` shape (width, depth, heads) is not its catalogue entry's, naming both
+    (checked before any weights are downloaded); nothing to check when the target has no entry of a grid shape."""
+    from depthbench.hub.listing import config_shape
 
-    shape = get_grid(target.grid).shape(target.depth)
-    got = (config.hidden_size, config.num_hidden_layers)
-    if got != (shape.hidden_size, shape.num_layers):
-        return (f"the release holds d={got[0]}, L={got[1]}, the catalogue's {target.shape} is d={shape.hidden_size}, "
-                f"L={shape.num_layers}: results use the release's own shape")
-    return None
+    entry = target.release.grid_shape() if target.release else None
+    if entry is None and target.grid:
+        from depthbench.shapes import get_grid
+
+        entry = get_grid(target.grid).shape(target.depth)
+    if entry is None:
+        return
+    got = config_shape(config or {})
+    want = {"d": entry.hidden_size, "L": entry.num_layers, "heads": entry.num_attention_heads}
+    bad = [k for k in want if got.get(k) is not None and got[k] != want[k]]
+    if bad:
+        have = ", ".join(f"{k}={got.get(k)}" for k in want)
+        expected = ", ".join(f"{k}={v}" for k, v in want.items())
+        raise CatalogueError(f"{target.repo}: its config.json has {have}, but the catalogue entry it was matched to "
+                             f"({target.arch} {target.shape}) has {expected}; `depthbench released sync` matches "
+                             "repositories to entries by their config.json")
 
 
 def measure_release(target: Target, run_dir: str, m: Measurement, hub: Hub, shards, *,
@@ -120,12 +142,14 @@ def measure_release(target: Target, run_dir: str, m: Measurement, hub: Hub, shar
     from depthbench.sweeps.heldout import check_tokenizer, heldout_loss
     from depthbench.sweeps.released.folder import link_model, write_run_config, write_summary
 
-    local, step = fetch_release_meta(target, hub)
-    check = check_tokenizer(shards, target.repo, os.path.join(local, "tokenizer"),
-                            atomic.read_json(os.path.join(local, f"step{step}", "config.json")))
+    local, step, config_path = fetch_release_meta(target, hub)
+    release_config = atomic.read_json(config_path)
+    check_shape(target, release_config)
+    check = check_tokenizer(shards, target.repo, os.path.join(local, "tokenizer"), release_config)
     log(f"  tokenizer {check['status']}: {check['detail']}")
     dtype, device = m.resolved_dtype(), m.device_name()
-    log(f"  converting step{step} (download + conversion once; cached by depthbench.from_released)")
+    where = "the root checkpoint" if step is None else f"step{step}"
+    log(f"  converting {where} (download + conversion once; cached by depthbench.from_released)")
     model = _convert(target, step, dtype, hub).to(device)
     os.makedirs(run_dir, exist_ok=True)
     link_model(model.name_or_path, os.path.join(run_dir, runs.FINAL))
@@ -134,9 +158,6 @@ def measure_release(target: Target, run_dir: str, m: Measurement, hub: Hub, shar
         "total": sum(p.numel() for p in model.parameters())}
     conversion = atomic.read_json(os.path.join(model.name_or_path, "depthbench_conversion.json"))
     write_run_config(run_dir, target, step, config.to_dict(), counts, conversion)
-    warning = _shape_check(target, config)
-    if warning:
-        log(f"  warning: {warning}")
     seq_len = m.seq_len or int(config.max_position_embeddings)
     with tqdm(desc=f"  held-out loss ({seq_len}-token windows)", unit="window", dynamic_ncols=True) as bar:
         def progress(done: int, total: int) -> None:
@@ -147,7 +168,7 @@ def measure_release(target: Target, run_dir: str, m: Measurement, hub: Hub, shar
                               progress=progress)
     extra = {"data": os.path.abspath(shards.data_dir), "split": shards.split,
              "content_hash": shards.meta.get("content_hash"), "dtype": dtype, "device": device,
-             "tokenizer": check, **({"shape_warning": warning} if warning else {})}
+             "tokenizer": check}
     summary = write_summary(run_dir, target, step, shards.split, result, extra, tokens_per_step)
     del model
     if torch.cuda.is_available():

@@ -31,14 +31,23 @@ class Target:
 # ================================================================================================ selection
 def select_targets(catalogue: Catalogue, *, archs: list[str] | None = None, sizes: list[str] | None = None,
                    depths: list[int] | None = None, tiers: list[str] | None = None, repos: list[str] | None = None,
-                   step: int | None = None) -> list[Target]:
+                   step: int | None = None, best_lr: bool = False) -> list[Target]:
     """The releases to measure: the catalogue's selection (any filter given, or none and no ``repos``) plus the
-    repositories named in ``repos``. Raises :class:`CatalogueError` for a selected release whose repository name
+    repositories named in ``repos``. Where the catalogue (with its Hub listing) knows several LRs of one
+    (architecture, shape), ``best_lr`` measures them all (the report then picks the best, as the study does);
+    otherwise only the first, the shipped catalogue's entry where it names one.
+
+    Raises :class:`CatalogueError` for a selected release whose repository name
     is not known (its LR is stated nowhere: pass it with ``repos``)."""
     seed = int(catalogue.facts.get("seed", 0))
     chosen = []
     if repos is None or any(v is not None for v in (archs, sizes, depths, tiers)):
         chosen = catalogue.select(archs=archs, sizes=sizes, depths=depths, tiers=tiers)
+        if not best_lr:
+            first: dict[tuple, Release] = {}
+            for r in chosen:
+                first.setdefault((r.arch, r.shape), r)
+            chosen = list(first.values())
     unknown = [r for r in chosen if r.repo is None]
     if unknown:
         names = ", ".join(f"{r.arch} {r.tier} L{r.depth}" for r in unknown[:6]) + (" ..." if len(unknown) > 6 else "")
@@ -48,6 +57,16 @@ def select_targets(catalogue: Catalogue, *, archs: list[str] | None = None, size
                              "pass --repo NAME")
     targets = [Target(r.repo, r.arch, r.shape, r.grid, r.depth, r.lr,
                       step if step is not None else r.final_step, seed, r) for r in chosen]
+    if not best_lr:
+        several = sorted({f"{r.arch} {r.shape}" for r in catalogue.releases for t in targets
+                          if t.release and (r.arch, r.shape) == (t.arch, t.shape) and r.repo != t.repo})
+        if several:
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "%d selected shape(s) have releases at other LRs too (%s): only one LR each is measured, and the "
+                "study's figure is its best-LR run; --best-lr measures them all", len(several),
+                ", ".join(several[:6]) + (" ..." if len(several) > 6 else ""))
     for repo in repos or []:
         targets.append(_target_from_name(catalogue, repo, step, seed))
     seen: dict[str, Target] = {}
@@ -66,9 +85,10 @@ def _target_from_name(catalogue: Catalogue, repo: str, step: int | None, seed: i
     except ValueError as exc:
         raise CatalogueError(f"--repo {repo}: {exc}") from None
     arch, depth, size = settings["arch"], settings["depth"], settings["budget"]
-    entry = catalogue.find(arch, size, depth)
+    # the Hub listing matched the repository to its entry by config.json (width, depth, heads); else by the name
+    entry = catalogue.find_repo(repo) or (catalogue.find(arch, size, depth) if not settings["variant"] else None)
     grid = entry.grid if entry else size.lower() if depth in getattr(GRIDS.get(size.lower()), "depths", ()) else None
-    shape = f"{grid}-L{depth}" if grid else f"{size}-L{depth}"
+    shape = entry.shape if entry else f"{grid}-L{depth}" if grid else f"{size}-L{depth}"
     return Target(repo, arch, shape, grid, depth, settings["lr"],
                   step if step is not None else (entry.final_step if entry else None), seed, entry)
 
