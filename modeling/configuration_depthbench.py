@@ -46,6 +46,14 @@ class DepthBenchConfig(PretrainedConfig):
         norm_type: ``"rmsnorm"`` (default) or ``"layernorm"`` (mean-centred, gain only, no bias).
         hidden_act: MLP activation (``"silu"`` gives SwiGLU).
         attention_dropout: Attention-probability dropout (0 in the study).
+        attention_bias: Biases on the q, k, v and o projections (``LlamaConfig.attention_bias``; the study has
+            none). ``attention_output_bias`` overrides it for ``o_proj`` alone.
+        attention_output_bias: Bias on ``o_proj``; ``None`` (default) follows ``attention_bias``. Qwen2 has q, k, v
+            biases and none on o: ``attention_bias=True, attention_output_bias=False``.
+        qk_norm: Per-head RMSNorm of queries and keys before RoPE (``self_attn.q_norm`` / ``self_attn.k_norm``, gains
+            of width ``head_dim``, eps ``rms_norm_eps``), as in Qwen3 (default False).
+        sliding_window: Every layer attends only to the last ``sliding_window`` positions (itself included), as in
+            Mistral; ``None`` (default) is full causal attention.
         use_cache: Return a KV cache from ``forward`` in eval mode.
     """
 
@@ -81,6 +89,10 @@ class DepthBenchConfig(PretrainedConfig):
         norm_type: str = "rmsnorm",
         hidden_act: str = "silu",
         attention_dropout: float = 0.0,
+        attention_bias: bool = False,
+        attention_output_bias: bool | None = None,
+        qk_norm: bool = False,
+        sliding_window: int | None = None,
         use_cache: bool = True,
         pad_token_id: int | None = None,
         bos_token_id: int | None = None,
@@ -111,7 +123,10 @@ class DepthBenchConfig(PretrainedConfig):
         self.norm_type = norm_type
         self.hidden_act = hidden_act
         self.attention_dropout = attention_dropout
-        self.attention_bias = False
+        self.attention_bias = attention_bias
+        self.attention_output_bias = attention_bias if attention_output_bias is None else attention_output_bias
+        self.qk_norm = qk_norm
+        self.sliding_window = sliding_window
         self.mlp_bias = False
         self.use_cache = use_cache
         # The oldest transformers this checkpoint's remote code runs on, for whoever reads config.json (older releases
@@ -162,6 +177,11 @@ class DepthBenchConfig(PretrainedConfig):
         self._check(isinstance(self.initializer_range, (int, float)) and self.initializer_range > 0,
                     "initializer_range", self.initializer_range, "a positive number")
         self._check(0.0 <= self.attention_dropout < 1.0, "attention_dropout", self.attention_dropout, "in [0, 1)")
+        for field in ("attention_bias", "attention_output_bias", "qk_norm"):
+            self._check(isinstance(getattr(self, field), bool), field, getattr(self, field), "True or False")
+        window = self.sliding_window
+        ok = window is None or (isinstance(window, int) and not isinstance(window, bool) and window >= 1)
+        self._check(ok, "sliding_window", window, "None (full attention) or an integer >= 1")
 
     def _validate_rope_parameters(self) -> None:
         rope = self.rope_parameters
@@ -193,6 +213,8 @@ class DepthBenchConfig(PretrainedConfig):
         d, f, hd = self.hidden_size, self.intermediate_size, self.head_dim
         q_width, kv_width = self.num_attention_heads * hd, self.num_key_value_heads * hd
         attn = 2 * d * q_width + 2 * d * kv_width  # q, o and k, v projections
+        attn += (q_width + 2 * kv_width) * self.attention_bias + d * self.attention_output_bias
+        attn += 2 * hd * self.qk_norm  # per-head q and k norm gains
         per_block = attn + 3 * d * f + 2 * d
         counts = {
             "embedding": self.vocab_size * d,
