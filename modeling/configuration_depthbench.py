@@ -198,6 +198,32 @@ class DepthBenchConfig(PretrainedConfig):
             ok = isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor >= 1.0
             self._check(ok, "rope_parameters['factor']", factor, f"a number >= 1 for rope_type={rope_type!r}")
 
+    # ------------------------------------------------------------------------------------------ upcycling hooks
+    #: How ``depthbench upcycle`` starts this architecture from a Pre-LN (Llama-family) model's weights: ``"exact"``
+    #: (the logits equal the source's up to fp32 rounding), ``"bounded"`` (they differ by at most
+    #: :meth:`upcycle_bound`, which :attr:`upcycle_knob` tightens) or ``"changes"`` (the function changes at step 0).
+    #: Each architecture sets its own; the upcycling tests check every claim against transformers' models.
+    upcycle_start = "changes"
+    #: The config field that tightens a bounded start (``None``: no knob).
+    upcycle_knob = None
+    #: One line: why the start is what :attr:`upcycle_start` says (docs and ``depthbench upcycle --help``).
+    upcycle_reason = "the residual wiring is not Pre-LN's, so Pre-LN weights compute a different function"
+
+    @classmethod
+    def upcycle_fields(cls, num_hidden_layers: int) -> dict:
+        """Architecture fields of the start for a model of ``num_hidden_layers`` blocks (none here)."""
+        return {}
+
+    def upcycle_state(self, state: dict, new_blocks: set[int]) -> None:
+        """Turn a Pre-LN state dict (Llama names, this config's depth) into this architecture's start, in place.
+        ``new_blocks`` are the indices of grown blocks (zero output projections). Nothing to do here."""
+
+    def upcycle_bound(self, norm_input_mean_square: list[float]) -> float | None:
+        """The bound of a ``"bounded"`` start on ``max |logits - source logits| / max |source logits|``, given
+        the smallest per-token mean square of the Pre-LN stream at each norm input (sublayer norms in order, then
+        the final norm), measured on the source; ``None`` for the other starts."""
+        return None
+
     # ------------------------------------------------------------------------------------------ parameter counts
     def num_extra_parameters(self) -> int:
         """Parameters the architecture adds to the Pre-LN backbone (0 here). Architectures override this with the
