@@ -33,6 +33,7 @@ import os
 from dataclasses import dataclass, field
 
 from depthbench.upcycle.sources import (
+    FAMILIES,
     OUTPUT_PROJECTIONS,
     UpcycleError,
     backbone_fields,
@@ -122,6 +123,7 @@ def load_source(source, revision: str | None = None, gguf_file: str | None = Non
         kwargs = dict(dtype=torch.float32, revision=revision)
         if gguf_file:
             kwargs["gguf_file"] = gguf_file
+        _check_architectures(source, revision, gguf_file)
         try:
             model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
         except ValueError as exc:  # transformers: "Unrecognized configuration class ... for AutoModelForCausalLM"
@@ -136,6 +138,25 @@ def load_source(source, revision: str | None = None, gguf_file: str | None = Non
                       revision=_revision(model, folder, revision, gguf_file), license=_license(folder, gguf_file))
     info.gguf_file = os.path.basename(gguf_file) if gguf_file else None
     return model, tokenizer, info
+
+
+def _check_architectures(source: str, revision, gguf_file) -> None:
+    """Refuse, before loading any weights, a source whose config names model classes that are not causal LMs
+    (``AutoModelForCausalLM`` would put a fresh random head on, e.g., a BERT encoder) or another family."""
+    from transformers import AutoConfig
+
+    try:
+        extra = {"gguf_file": gguf_file} if gguf_file else {}
+        config = AutoConfig.from_pretrained(source, revision=revision, **extra)
+    except (OSError, ValueError) as exc:
+        raise UpcycleError(f"cannot load {source!r}: {str(exc).splitlines()[0]}") from None
+    names = list(getattr(config, "architectures", None) or [])
+    if names and not any(n.endswith(("ForCausalLM", "LMHeadModel")) for n in names):
+        raise UpcycleError(f"{source!r} is not a causal language model (its config names {', '.join(names)}); "
+                           f"upcycle reads {', '.join(FAMILIES)}")
+    if names and not any(n in FAMILIES for n in names):
+        raise UpcycleError(f"unsupported source family {names[0]} (model_type {config.model_type!r}); "
+                           f"supported: {', '.join(FAMILIES)}")
 
 
 def _tokenizer(source: str, revision, gguf_file):
@@ -201,7 +222,8 @@ def sample_ids(tokenizer, vocab_size: int):
 
         text = resources.files("depthbench.hub").joinpath("readout_sample.txt").read_text(encoding="utf-8")
         ids = tokenizer(text, return_tensors="pt").input_ids[:, :SAMPLE_TOKENS]
-        return ids, "built-in English sample (depthbench/hub/readout_sample.txt)"
+        if ids.shape[1] >= 16 and int(ids.max()) < vocab_size:  # else not a usable tokenizer of this model
+            return ids, "built-in English sample (depthbench/hub/readout_sample.txt)"
     ids = torch.randint(0, vocab_size, (2, 64), generator=torch.Generator().manual_seed(0))
     return ids, "seeded random tokens (the source has no tokenizer)"
 
