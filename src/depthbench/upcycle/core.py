@@ -132,7 +132,9 @@ def load_source(source, revision: str | None = None, gguf_file: str | None = Non
         except OSError as exc:
             raise UpcycleError(f"cannot load {source!r}: {str(exc).splitlines()[0]}") from None
         tokenizer = _tokenizer(source, revision, gguf_file)
-    model = model.float().eval()
+    if any(p.dtype != torch.float32 for p in model.parameters()):
+        model = model.float()  # (a dequantised GGUF model is fp32 already, and refuses .float())
+    model = model.eval()
     family_name, _ = family_of(model)
     info = SourceInfo(name=_display_name(name, gguf_file), family=family_name,
                       revision=_revision(model, folder, revision, gguf_file), license=_license(folder, gguf_file))
