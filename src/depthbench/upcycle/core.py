@@ -123,7 +123,8 @@ def load_source(source, revision: str | None = None, gguf_file: str | None = Non
         kwargs = dict(dtype=torch.float32, revision=revision)
         if gguf_file:
             kwargs["gguf_file"] = gguf_file
-        _check_architectures(source, revision, gguf_file)
+        if not gguf_file:  # a GGUF file is parsed once per read: its family is checked on the loaded model
+            _check_architectures(source, revision, gguf_file)
         try:
             model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
         except ValueError as exc:  # transformers: "Unrecognized configuration class ... for AutoModelForCausalLM"
