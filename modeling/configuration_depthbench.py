@@ -46,6 +46,14 @@ class DepthBenchConfig(PretrainedConfig):
         norm_type: ``"rmsnorm"`` (default) or ``"layernorm"`` (mean-centred, gain only, no bias).
         hidden_act: MLP activation (``"silu"`` gives SwiGLU).
         attention_dropout: Attention-probability dropout (0 in the study).
+        attention_bias: Biases on the q, k, v and o projections (``LlamaConfig.attention_bias``; the study has
+            none). ``attention_output_bias`` overrides it for ``o_proj`` alone.
+        attention_output_bias: Bias on ``o_proj``; ``None`` (default) follows ``attention_bias``. Qwen2 has q, k, v
+            biases and none on o: ``attention_bias=True, attention_output_bias=False``.
+        qk_norm: Per-head RMSNorm of queries and keys before RoPE (``self_attn.q_norm`` / ``self_attn.k_norm``, gains
+            of width ``head_dim``, eps ``rms_norm_eps``), as in Qwen3 (default False).
+        sliding_window: Every layer attends only to the last ``sliding_window`` positions (itself included), as in
+            Mistral; ``None`` (default) is full causal attention.
         use_cache: Return a KV cache from ``forward`` in eval mode.
     """
 
@@ -81,6 +89,10 @@ class DepthBenchConfig(PretrainedConfig):
         norm_type: str = "rmsnorm",
         hidden_act: str = "silu",
         attention_dropout: float = 0.0,
+        attention_bias: bool = False,
+        attention_output_bias: bool | None = None,
+        qk_norm: bool = False,
+        sliding_window: int | None = None,
         use_cache: bool = True,
         pad_token_id: int | None = None,
         bos_token_id: int | None = None,
@@ -111,7 +123,10 @@ class DepthBenchConfig(PretrainedConfig):
         self.norm_type = norm_type
         self.hidden_act = hidden_act
         self.attention_dropout = attention_dropout
-        self.attention_bias = False
+        self.attention_bias = attention_bias
+        self.attention_output_bias = attention_bias if attention_output_bias is None else attention_output_bias
+        self.qk_norm = qk_norm
+        self.sliding_window = sliding_window
         self.mlp_bias = False
         self.use_cache = use_cache
         # The oldest transformers this checkpoint's remote code runs on, for whoever reads config.json (older releases
@@ -162,6 +177,11 @@ class DepthBenchConfig(PretrainedConfig):
         self._check(isinstance(self.initializer_range, (int, float)) and self.initializer_range > 0,
                     "initializer_range", self.initializer_range, "a positive number")
         self._check(0.0 <= self.attention_dropout < 1.0, "attention_dropout", self.attention_dropout, "in [0, 1)")
+        for field in ("attention_bias", "attention_output_bias", "qk_norm"):
+            self._check(isinstance(getattr(self, field), bool), field, getattr(self, field), "True or False")
+        window = self.sliding_window
+        ok = window is None or (isinstance(window, int) and not isinstance(window, bool) and window >= 1)
+        self._check(ok, "sliding_window", window, "None (full attention) or an integer >= 1")
 
     def _validate_rope_parameters(self) -> None:
         rope = self.rope_parameters
@@ -178,6 +198,32 @@ class DepthBenchConfig(PretrainedConfig):
             ok = isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor >= 1.0
             self._check(ok, "rope_parameters['factor']", factor, f"a number >= 1 for rope_type={rope_type!r}")
 
+    # ------------------------------------------------------------------------------------------ upcycling hooks
+    #: How ``depthbench upcycle`` starts this architecture from a Pre-LN (Llama-family) model's weights: ``"exact"``
+    #: (the logits equal the source's up to fp32 rounding), ``"bounded"`` (they differ by at most
+    #: :meth:`upcycle_bound`, which :attr:`upcycle_knob` tightens) or ``"changes"`` (the function changes at step 0).
+    #: Each architecture sets its own; the upcycling tests check every claim against transformers' models.
+    upcycle_start = "changes"
+    #: The config field that tightens a bounded start (``None``: no knob).
+    upcycle_knob = None
+    #: One line: why the start is what :attr:`upcycle_start` says (docs and ``depthbench upcycle --help``).
+    upcycle_reason = "the residual wiring is not Pre-LN's, so Pre-LN weights compute a different function"
+
+    @classmethod
+    def upcycle_fields(cls, num_hidden_layers: int) -> dict:
+        """Architecture fields of the start for a model of ``num_hidden_layers`` blocks (none here)."""
+        return {}
+
+    def upcycle_state(self, state: dict, new_blocks: set[int]) -> None:
+        """Turn a Pre-LN state dict (Llama names, this config's depth) into this architecture's start, in place.
+        ``new_blocks`` are the indices of grown blocks (zero output projections). Nothing to do here."""
+
+    def upcycle_bound(self, norm_input_mean_square: list[float]) -> float | None:
+        """The bound of a ``"bounded"`` start on ``max |logits - source logits| / max |source logits|``, given
+        the smallest per-token mean square of the Pre-LN stream at each norm input (sublayer norms in order, then
+        the final norm), measured on the source; ``None`` for the other starts."""
+        return None
+
     # ------------------------------------------------------------------------------------------ parameter counts
     def num_extra_parameters(self) -> int:
         """Parameters the architecture adds to the Pre-LN backbone (0 here). Architectures override this with the
@@ -193,6 +239,8 @@ class DepthBenchConfig(PretrainedConfig):
         d, f, hd = self.hidden_size, self.intermediate_size, self.head_dim
         q_width, kv_width = self.num_attention_heads * hd, self.num_key_value_heads * hd
         attn = 2 * d * q_width + 2 * d * kv_width  # q, o and k, v projections
+        attn += (q_width + 2 * kv_width) * self.attention_bias + d * self.attention_output_bias
+        attn += 2 * hd * self.qk_norm  # per-head q and k norm gains
         per_block = attn + 3 * d * f + 2 * d
         counts = {
             "embedding": self.vocab_size * d,

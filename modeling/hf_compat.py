@@ -65,6 +65,11 @@ from transformers.modeling_outputs import CausalLMOutputWithPast  # noqa: E402
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS  # noqa: E402
 from transformers.utils.deprecation import deprecate_kwarg  # noqa: E402
 
+try:  # in masking_utils since it exists (4.53); guarded all the same, as every name outside the 5.0 list
+    from transformers.masking_utils import create_sliding_window_causal_mask
+except ImportError:  # pragma: no cover
+    create_sliding_window_causal_mask = None
+
 try:  # transformers >= 5.2
     from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 except ImportError:  # 5.0 - 5.1: the same recorder; `check_model_inputs` records outputs and fills config defaults
@@ -101,12 +106,18 @@ _MASK_NEEDS_CACHE_POSITION = (
 
 def causal_mask(config, inputs_embeds: torch.Tensor, attention_mask, cache, position_ids: torch.Tensor):
     """``create_causal_mask`` of the installed transformers (the mask each attention backend expects) for queries
-    ``inputs_embeds`` [B, T, d] that follow the ``cache``'s ``get_seq_length()`` cached positions."""
+    ``inputs_embeds`` [B, T, d] that follow the ``cache``'s ``get_seq_length()`` cached positions;
+    ``create_sliding_window_causal_mask`` when the config has a ``sliding_window`` (as Mistral chooses)."""
     extra = {_MASK_CACHE_KEYWORD: cache, "position_ids": position_ids}
     if _MASK_NEEDS_CACHE_POSITION:
         past = cache.get_seq_length() if cache is not None else 0
         extra["cache_position"] = torch.arange(past, past + inputs_embeds.shape[1], device=inputs_embeds.device)
-    return create_causal_mask(config, inputs_embeds, attention_mask, **extra)
+    make = create_causal_mask
+    if getattr(config, "sliding_window", None) is not None:
+        if create_sliding_window_causal_mask is None:
+            raise ImportError("sliding_window needs transformers.masking_utils.create_sliding_window_causal_mask")
+        make = create_sliding_window_causal_mask
+    return make(config, inputs_embeds, attention_mask, **extra)
 
 
 def cache_update(cache, key: torch.Tensor, value: torch.Tensor, layer_idx: int, cache_position=None):

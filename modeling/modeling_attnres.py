@@ -86,6 +86,30 @@ class AttnResConfig(DepthBenchConfig):
     """
 
     model_type = "depthbench_attnres"
+    upcycle_start = "bounded"
+    upcycle_knob = "attnres_mix_eps"
+    upcycle_reason = ("with zero queries each mix is the Pre-LN stream divided by its number of sources n, which the "
+                      "next RMSNorm removes up to its eps: the norm sees eps * n^2 where Pre-LN sees eps "
+                      "(attnres_mix_eps tightens it)")
+
+    def upcycle_source_counts(self) -> list[int]:
+        """Sources each mixing norm reads (sublayers 1 .. 2L-1, then the final mix) under the bank/partial recursion
+        of :class:`AttnResResidual`: the committed blocks plus a non-empty partial."""
+        size, counts = self.attnres_sublayers_per_block, []
+        for j in range(1, self.num_sublayers + 1):
+            counts.append(1 + j // size + (1 if j % size else 0))
+        return counts
+
+    def upcycle_bound(self, norm_input_mean_square: list[float]) -> float:
+        """Rounding allowance plus, per mixing norm, the first-order relative change of its output: a uniform mix is
+        x / n, so the norm computes x / sqrt(m + n^2 eps') instead of Pre-LN's x / sqrt(m + eps), with m the
+        stream's smallest per-token mean square; summed over the norms (each sublayer carries a relative error
+        of its input on, and the norms keep it from growing)."""
+        eps, mix_eps = float(self.rms_norm_eps), self.resolved_mix_eps
+        total = 0.0
+        for n, m in zip(self.upcycle_source_counts(), norm_input_mean_square[1:]):
+            total += abs(((m + eps) / (m + n * n * mix_eps)) ** 0.5 - 1.0)
+        return 1e-5 + total
 
     def __init__(self, attnres_mix_eps: float | None = None, **kwargs):
         self.attnres_mix_eps = attnres_mix_eps

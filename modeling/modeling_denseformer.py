@@ -56,6 +56,8 @@ class DenseFormerConfig(DepthBenchConfig):
     """
 
     model_type = "depthbench_denseformer"
+    upcycle_start = "exact"
+    upcycle_reason = "the depth-weighted averages start at the identity weights, which is Pre-LN"
 
     def __init__(self, denseformer_dilation: int = 1, denseformer_period: int = 1, **kwargs):
         self.denseformer_dilation = denseformer_dilation

@@ -138,6 +138,12 @@ class DepthMuPConfig(DepthScaledConfig):
     """
 
     model_type = "depthbench_depth_mup"
+    upcycle_start = "exact"
+    upcycle_reason = "with depth_scaling_base_depth = the upcycled depth the branch multiplier m_L^-a is 1 (Pre-LN)"
+
+    @classmethod
+    def upcycle_fields(cls, num_hidden_layers: int) -> dict:
+        return {"depth_scaling_base_depth": num_hidden_layers}
     residual_exponent = 0.5
 
 
@@ -160,6 +166,12 @@ class CompletePConfig(DepthScaledConfig):
     """
 
     model_type = "depthbench_completep"
+    upcycle_start = "exact"
+    upcycle_reason = "with depth_scaling_base_depth = the upcycled depth the branch multiplier m_L^-a is 1 (Pre-LN)"
+
+    @classmethod
+    def upcycle_fields(cls, num_hidden_layers: int) -> dict:
+        return {"depth_scaling_base_depth": num_hidden_layers}
     residual_exponent = 1.0
 
 

@@ -141,7 +141,12 @@ def eager_attention_forward(module, query, key, value, attention_mask, scaling, 
 
 
 class Attention(nn.Module):
-    """Causal multi-head (GQA-capable) self-attention with RoPE, no biases, softmax scale 1/sqrt(head_dim)."""
+    """Causal multi-head (GQA-capable) self-attention with RoPE and softmax scale 1/sqrt(head_dim), as Llama's.
+
+    Options of the config, each off by default (the study's backbone) and named as in transformers' models so that
+    their checkpoints map by name: ``attention_bias`` / ``attention_output_bias`` (Llama, Qwen2: q/k/v biases),
+    ``qk_norm`` (Qwen3: per-head RMSNorm ``q_norm`` / ``k_norm`` of queries and keys before RoPE) and
+    ``sliding_window`` (Mistral: the mask and the attention backend see the window)."""
 
     def __init__(self, config: DepthBenchConfig, layer_idx: int):
         super().__init__()
@@ -154,19 +159,29 @@ class Attention(nn.Module):
         self.scaling = self.head_dim**-0.5
         self.attention_dropout = config.attention_dropout
         self.is_causal = True
+        self.sliding_window = getattr(config, "sliding_window", None)
         d = config.hidden_size
-        self.q_proj = nn.Linear(d, self.num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(d, self.num_key_value_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(d, self.num_key_value_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, d, bias=False)
+        bias = bool(getattr(config, "attention_bias", False))
+        out_bias = bool(getattr(config, "attention_output_bias", bias))
+        self.q_proj = nn.Linear(d, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(d, self.num_key_value_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(d, self.num_key_value_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, d, bias=out_bias)
+        if getattr(config, "qk_norm", False):
+            self.q_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
 
     def project_qkv(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q [B,H,T,hd], k and v [B,H_kv,T,hd], before RoPE."""
+        """q [B,H,T,hd], k and v [B,H_kv,T,hd], before RoPE (after the per-head q/k norms if the config has them)."""
         b, t, _ = hidden_states.shape
-        q = self.q_proj(hidden_states).view(b, t, -1, self.head_dim).transpose(1, 2)
-        k = self.k_proj(hidden_states).view(b, t, -1, self.head_dim).transpose(1, 2)
+        q = self.q_proj(hidden_states).view(b, t, -1, self.head_dim)
+        k = self.k_proj(hidden_states).view(b, t, -1, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         v = self.v_proj(hidden_states).view(b, t, -1, self.head_dim).transpose(1, 2)
-        return q, k, v
+        return q.transpose(1, 2), k.transpose(1, 2), v
 
     def forward(self, hidden_states, position_embeddings, attention_mask=None, cache: Cache | None = None, **kwargs):
         b, t, _ = hidden_states.shape
@@ -175,6 +190,8 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache_update(cache, k, v, self.layer_idx, kwargs.get("cache_position"))
         attention_fn = attention_interface(self.config._attn_implementation, eager_attention_forward)
+        if self.sliding_window is not None:
+            kwargs = {**kwargs, "sliding_window": self.sliding_window}  # flash-attention kernels read the window
         out, weights = attention_fn(
             self, q, k, v, attention_mask,
             scaling=self.scaling, dropout=self.attention_dropout if self.training else 0.0, **kwargs,

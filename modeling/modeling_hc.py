@@ -90,6 +90,9 @@ class HCConfig(DepthBenchConfig):
     """
 
     model_type = "depthbench_hc"
+    upcycle_start = "exact"
+    upcycle_reason = ("the static init (A_m = e_k, A_r = I, B = 1, dynamic parts 0) with the mean readout computes "
+                      "Pre-LN on n equal streams")
 
     def __init__(
         self,

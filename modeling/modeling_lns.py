@@ -55,6 +55,17 @@ class LNSConfig(DepthBenchConfig):
     """
 
     model_type = "depthbench_lns"
+    upcycle_start = "exact"
+    upcycle_reason = ("the scale s_l multiplies the pre-norm output, so norm gains g / s_l cancel it (folded into "
+                      "the source blocks' gains; up to fp32 rounding)")
+
+    def upcycle_state(self, state: dict, new_blocks: set[int]) -> None:
+        for layer in range(self.num_hidden_layers):
+            if layer in new_blocks:
+                continue
+            for norm in ("input_layernorm", "post_attention_layernorm"):
+                name = f"model.layers.{layer}.{norm}.weight"
+                state[name] = state[name] / self.lns_scale(layer)
 
     def __init__(self, lns_scale_mode: str = "layer", **kwargs):
         self.lns_scale_mode = lns_scale_mode

@@ -95,6 +95,22 @@ class MHCConfig(DepthBenchConfig):
     """
 
     model_type = "depthbench_mhc"
+    upcycle_start = "bounded"
+    upcycle_knob = "mhc_init_gap"
+    upcycle_reason = ("the n streams start equal and the row-ending Sinkhorn keeps them equal (H_post = 1, mean "
+                      "readout); the branch input is c x with c = sigmoid(g) + (n-1) sigmoid(-g), which the norm "
+                      "removes up to its eps (a larger mhc_init_gap g tightens it)")
+
+    def upcycle_bound(self, norm_input_mean_square: list[float]) -> float:
+        """Rounding allowance of the n-stream sums (n x 1e-5) plus, per sublayer, the first-order relative change
+        of its normed branch input c x: |sqrt((m + eps) / (m + eps / c^2)) - 1| with m the Pre-LN stream's smallest
+        per-token mean square."""
+        import math
+
+        n, g, eps = self.mhc_num_streams, float(self.mhc_init_gap), float(self.rms_norm_eps)
+        c = 1 / (1 + math.exp(-g)) + (n - 1) / (1 + math.exp(g))
+        total = sum(abs(((m + eps) / (m + eps / (c * c))) ** 0.5 - 1.0) for m in norm_input_mean_square[:-1])
+        return n * 1e-5 + total
 
     def __init__(
         self,

@@ -33,6 +33,8 @@ class PreLNConfig(DepthBenchConfig):
     """
 
     model_type = "depthbench_pre_ln"
+    upcycle_start = "exact"
+    upcycle_reason = "Pre-LN is the source's own wiring: the same tensors compute the same function"
 
 
 class PreLNModel(DepthBenchModel):

@@ -85,10 +85,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "bench": {"core", "training", "data"},  # the trainer's compiled path; the GPU check's FSDP2 run prepares a corpus
     "analysis": {"core", "data", "bench"},  # the efficiency metric times blocks with the benchmark's clock
     "sweeps": {"core", "data", "training", "evaluation", "analysis", "hub"},  # released eval: catalogue, conversion
+    "upcycle": {"core", "hub"},  # the checkpoint's card and atomic write, the built-in text sample
     "cli": {"core"},
     "root": {"core", "hub"},  # depthbench.from_released
 }
-FAMILIES = ("modeling", "data", "hub", "evaluation", "training", "bench", "analysis", "sweeps")
+FAMILIES = ("modeling", "data", "hub", "evaluation", "training", "bench", "analysis", "sweeps", "upcycle")
 
 
 def family(module: str) -> str:

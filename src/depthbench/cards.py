@@ -55,6 +55,7 @@ class CardInputs:
     source: dict | None = None  # {"repo": ..., "step": ...} for converted checkpoints
     notes: list[str] = field(default_factory=list)  # conversion notes (readout evidence, dtype, ...)
     recorded: list = field(default_factory=list)  # EvalResult rows already in the export's card (depthbench eval)
+    upcycle: dict | None = None  # depthbench upcycle's report (source model, revision, license, start, growth)
 
 
 def template_text(name: str = CARD_TEMPLATE) -> str:
@@ -264,19 +265,24 @@ def render_card(inputs: CardInputs, repo_id: str | None = None, revision: str | 
         losses.append({"name": "held-out loss, mean of splits", "value": f"{sum(evals.values()) / len(evals):.4f}"})
     name = arch.description.split(":")[0]
     results = eval_results(inputs, repo_id.split("/")[-1])
+    upcycled = (inputs.upcycle or {}).get("source") or {}
+    base_model = inputs.source["repo"] if inputs.source and "/" in str(inputs.source.get("repo")) else None
+    if upcycled and "/" in str(upcycled.get("name")) and " " not in str(upcycled.get("name")):
+        base_model = upcycled["name"]
+    license_ = upcycled.get("license") or ("other" if upcycled else LICENSE)  # an upcycle keeps its source's
     data = ModelCardData(
-        language="en", license=LICENSE, library_name="transformers", pipeline_tag="text-generation",
+        language="en", license=license_, library_name="transformers", pipeline_tag="text-generation",
         tags=["depthbench", f"depthbench-{arch.id}", "residual-connections", "custom_code", f"arxiv:{STUDY_ARXIV}",
               f"arxiv:{arch.arxiv}"],
         model_name=repo_id.split("/")[-1], eval_results=results or None,
         datasets=training_data(inputs)[0] or None,
-        base_model=inputs.source["repo"] if inputs.source and "/" in str(inputs.source.get("repo")) else None,
+        base_model=base_model,
     )
     context = {
         "model_id": repo_id, "load_repo": repo_id, "load_revision": revision, "depthbench_version": _package_version(),
         "arch": {"id": arch.id, "name": name, "paper_url": arch.paper_url, "card": arch.card.split("\nArgs:")[0]},
         "shape": shape, "recipe": _recipe(inputs), "losses": losses, "loss_curve": loss_curve,
-        "source": inputs.source, "notes": inputs.notes,
+        "source": inputs.source, "notes": inputs.notes, "upcycle": inputs.upcycle,
         "eval_section": eval_records.section(results),
         "revision_note": (f"This is the intermediate checkpoint at `{revision}` (branch of the repository); "
                           f"the `main` branch holds the final model.") if revision and revision != "main" else None,

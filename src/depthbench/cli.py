@@ -52,6 +52,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("depthbench.analysis.command", "layer analyses of a checkpoint, a Hub model or every run of a sweep"),
     "released": ("depthbench.sweeps.released.command", "the study's released checkpoints: list them, re-measure them"),
     "tasks-path": ("depthbench.evaluation.command", "print the installed lm-eval task folder (lm_eval --include_path)"),
+    "upcycle": ("depthbench.upcycle.command",
+                "a pretrained Llama/Mistral/Qwen2/Qwen3 model as any architecture, exact at step 0 where it can be"),
     # (new commands: one line above this comment)
 }
 """Command name -> (module defining ``register_cli`` that adds it, one-line summary for ``depthbench --help``)."""

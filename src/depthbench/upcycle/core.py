@@ -1,0 +1,382 @@
+"""``depthbench.upcycle.upcycle``: a pretrained Llama-family model as a depthbench model of any registered
+architecture, with a measured start.
+
+    from depthbench.upcycle import upcycle
+    result = upcycle("HuggingFaceTB/SmolLM2-135M", "hc", grow_depth=6)   # a model, a local folder or a Hub id
+    result.start, result.deviation          # "exact", 0.0 (max |logits - source's| / max |source's| on the sample)
+    result.model                            # the depthbench model (eval mode)
+    result.save("smollm2-hc")               # an ordinary depthbench checkpoint folder (remote code, card, tokenizer)
+
+What happens (each step refuses with a one-line :class:`~depthbench.upcycle.sources.UpcycleError` on bad input):
+
+1. the source is loaded in fp32 and its family checked (:mod:`depthbench.upcycle.sources`);
+2. its config becomes depthbench backbone fields, plus the architecture's own start fields
+   (``config_class.upcycle_fields``) and the caller's ``overrides`` (e.g. a bounded start's knob);
+3. a fresh model of the architecture is built (its own init: the extra parameters at their defaults, which are the
+   function-preserving start where one exists), then every source tensor is copied in by name. With
+   ``grow_depth=K`` K new blocks are placed among the source's (``grow_mode``), keep the architecture's init except
+   for their output projections (``o_proj``, ``down_proj``), which are zero: under every additive design such a block
+   adds nothing at step 0;
+4. the architecture's hook ``config.upcycle_state`` adjusts the tensors where its start needs it (LNS folds its
+   depth scale into the norm gains);
+5. the start is measured against the source run by transformers itself on a built-in English sample (tokenized with
+   the source's tokenizer; seeded random tokens when there is none): the relative logits deviation and the
+   step-0 loss change. A start the architecture declares exact but that deviates by more than
+   :data:`EXACT_TOLERANCE`, or a bounded one outside its bound, is an error (nothing is returned that claims more
+   than it holds); a function-changing start needs ``allow_function_change=True``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+
+from depthbench.upcycle.sources import (
+    FAMILIES,
+    OUTPUT_PROJECTIONS,
+    UpcycleError,
+    backbone_fields,
+    block_map,
+    family_of,
+    map_state,
+)
+
+#: Relative logits deviation an exact start may show (fp32 rounding of a different summation order).
+EXACT_TOLERANCE = 1e-5
+#: Longest stretch of the built-in sample the start is measured on (tokens).
+SAMPLE_TOKENS = 512
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass
+class SourceInfo:
+    """Where the upcycled weights come from (the card names all of it)."""
+
+    name: str
+    family: str
+    revision: str | None = None
+    license: str | None = None
+    gguf_file: str | None = None
+
+
+@dataclass
+class UpcycleResult:
+    """The upcycled model and what was measured about its start.
+
+    Attributes:
+        model: The depthbench causal LM (eval mode; fp32 unless ``dtype`` was given).
+        arch: Registry id of its architecture.
+        start: ``"exact"``, ``"bounded"`` or ``"changes"`` (the architecture's ``upcycle_start``).
+        deviation: Measured ``max |logits - source logits| / max |source logits|`` on the sample (fp32).
+        bound: The stated bound on ``deviation`` of a bounded start (``None`` otherwise).
+        loss_source / loss_upcycled: Mean next-token cross-entropy (nats/token) on the sample.
+        layout: Source block of every upcycled block (``None`` = new block).
+        source: :class:`SourceInfo`.
+        tokenizer / generation_config: The source's, carried into :meth:`save` (``None`` when it has none).
+        report: JSON-ready summary of all of the above (written as ``upcycle.json`` by :meth:`save`).
+    """
+
+    model: object
+    arch: str
+    start: str
+    deviation: float
+    bound: float | None
+    loss_source: float
+    loss_upcycled: float
+    layout: list
+    source: SourceInfo
+    sample_tokens: int
+    sample: str
+    knob: str | None = None
+    tokenizer: object = None
+    generation_config: object = None
+    report: dict = field(default_factory=dict)
+
+    @property
+    def loss_change(self) -> float:
+        """``loss_upcycled - loss_source`` (nats/token) at step 0."""
+        return self.loss_upcycled - self.loss_source
+
+    def save(self, output_dir: str, overwrite: bool = False) -> str:
+        """Write the model as a depthbench checkpoint folder; see :func:`depthbench.upcycle.checkpoint.save`."""
+        from depthbench.upcycle.checkpoint import save
+
+        return save(self, output_dir, overwrite=overwrite)
+
+
+# ================================================================================================ loading
+def load_source(source, revision: str | None = None, gguf_file: str | None = None):
+    """``(model fp32 eval, tokenizer or None, SourceInfo)`` for a model object, a local folder or a Hub id."""
+    import torch
+    from transformers import AutoModelForCausalLM, PreTrainedModel
+
+    if isinstance(source, PreTrainedModel):
+        model = source
+        name = getattr(source.config, "_name_or_path", "") or type(source).__name__
+        folder = name if os.path.isdir(name) else None
+        tokenizer = None
+    else:
+        if not isinstance(source, str) or not source:
+            raise UpcycleError(f"source {source!r} is neither a model, a local folder nor a Hub model id")
+        name, folder = source, source if os.path.isdir(source) else None
+        kwargs = dict(dtype=torch.float32, revision=revision)
+        if gguf_file:
+            kwargs["gguf_file"] = gguf_file
+        if not gguf_file:  # a GGUF file is parsed once per read: its family is checked on the loaded model
+            _check_architectures(source, revision, gguf_file)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        except ValueError as exc:  # transformers: "Unrecognized configuration class ... for AutoModelForCausalLM"
+            raise UpcycleError(f"{source!r} is not a causal language model transformers can load: "
+                               f"{str(exc).splitlines()[0]}") from None
+        except OSError as exc:
+            raise UpcycleError(f"cannot load {source!r}: {str(exc).splitlines()[0]}") from None
+        tokenizer = _tokenizer(source, revision, gguf_file)
+    if any(p.dtype != torch.float32 for p in model.parameters()):
+        model = model.float()  # (a dequantised GGUF model is fp32 already, and refuses .float())
+    model = model.eval()
+    family_name, _ = family_of(model)
+    info = SourceInfo(name=_display_name(name, gguf_file), family=family_name,
+                      revision=_revision(model, folder, revision, gguf_file), license=_license(folder, gguf_file))
+    info.gguf_file = os.path.basename(gguf_file) if gguf_file else None
+    return model, tokenizer, info
+
+
+def _check_architectures(source: str, revision, gguf_file) -> None:
+    """Refuse, before loading any weights, a source whose config names model classes that are not causal LMs
+    (``AutoModelForCausalLM`` would put a fresh random head on, e.g., a BERT encoder) or another family."""
+    from transformers import AutoConfig
+
+    try:
+        extra = {"gguf_file": gguf_file} if gguf_file else {}
+        config = AutoConfig.from_pretrained(source, revision=revision, **extra)
+    except (OSError, ValueError) as exc:
+        raise UpcycleError(f"cannot load {source!r}: {str(exc).splitlines()[0]}") from None
+    names = list(getattr(config, "architectures", None) or [])
+    if names and not any(n.endswith(("ForCausalLM", "LMHeadModel")) for n in names):
+        raise UpcycleError(f"{source!r} is not a causal language model (its config names {', '.join(names)}); "
+                           f"upcycle reads {', '.join(FAMILIES)}")
+    if names and not any(n in FAMILIES for n in names):
+        raise UpcycleError(f"unsupported source family {names[0]} (model_type {config.model_type!r}); "
+                           f"supported: {', '.join(FAMILIES)}")
+
+
+def _tokenizer(source: str, revision, gguf_file):
+    from transformers import AutoTokenizer
+
+    try:
+        kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+        return AutoTokenizer.from_pretrained(source, revision=revision, **kwargs)
+    except Exception:  # a source without tokenizer files: measured on seeded random tokens, none carried
+        return None
+
+
+def _display_name(name: str, gguf_file) -> str:
+    if os.path.isdir(name):
+        return os.path.basename(os.path.normpath(name)) + (f" ({os.path.basename(gguf_file)})" if gguf_file else "")
+    return name
+
+
+def _revision(model, folder, revision, gguf_file) -> str | None:
+    """The Hub commit the weights came from, else the GGUF file's sha256, else the requested revision."""
+    commit = getattr(model.config, "_commit_hash", None)
+    if commit:
+        return commit
+    if folder and gguf_file:
+        digest = hashlib.sha256()
+        with open(os.path.join(folder, gguf_file), "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                digest.update(chunk)
+        return f"sha256:{digest.hexdigest()}"
+    return revision
+
+
+def _license(folder, gguf_file) -> str | None:
+    """The source's license: its GGUF metadata (``general.license``), else its model card's YAML header."""
+    if folder and gguf_file:
+        try:
+            import gguf
+
+            field_ = gguf.GGUFReader(os.path.join(folder, gguf_file)).fields.get("general.license")
+            if field_ is not None:
+                return str(field_.contents())
+        except Exception:
+            pass
+    card = os.path.join(folder, "README.md") if folder else None
+    if card and os.path.isfile(card):
+        from huggingface_hub import ModelCard
+
+        try:
+            return ModelCard.load(card).data.license
+        except Exception:
+            return None
+    return None
+
+
+# ================================================================================================ measuring
+def sample_ids(tokenizer, vocab_size: int):
+    """The built-in English sample (``depthbench/hub/readout_sample.txt``) as ``[1, T]`` ids, at most
+    :data:`SAMPLE_TOKENS`; without a tokenizer, 2 x 64 seeded random ids (``(ids, description)``)."""
+    import torch
+
+    if tokenizer is not None:
+        from importlib import resources
+
+        text = resources.files("depthbench.hub").joinpath("readout_sample.txt").read_text(encoding="utf-8")
+        ids = tokenizer(text, return_tensors="pt").input_ids[:, :SAMPLE_TOKENS]
+        if ids.shape[1] >= 16 and int(ids.max()) < vocab_size:  # else not a usable tokenizer of this model
+            return ids, "built-in English sample (depthbench/hub/readout_sample.txt)"
+    ids = torch.randint(0, vocab_size, (2, 64), generator=torch.Generator().manual_seed(0))
+    return ids, "seeded random tokens (the source has no tokenizer)"
+
+
+def _logits_and_loss(model, ids):
+    import torch
+
+    with torch.no_grad():
+        logits = model(input_ids=ids, use_cache=False).logits.float()
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
+    return logits, float(loss)
+
+
+def norm_input_mean_squares(source, ids, layout: list) -> list[float]:
+    """Smallest per-token mean square of the Pre-LN stream at every norm input of the upcycled model (2 per block,
+    then the final norm), measured on the source: a new block (zero outputs) sees the stream its successor sees."""
+    import torch
+
+    seen: dict[str, float] = {}
+    hooks = []
+    for name, module in source.named_modules():
+        if name.endswith(("input_layernorm", "post_attention_layernorm")) or name == "model.norm":
+            def hook(mod, args, _name=name):
+                seen[_name] = float(args[0].float().pow(2).mean(-1).min())
+            hooks.append(module.register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            source(input_ids=ids, use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    out: list[float] = []
+    for pos, src in enumerate(layout):
+        if src is None:
+            nxt = next((s for s in layout[pos + 1:] if s is not None), None)
+            ms = seen[f"model.layers.{nxt}.input_layernorm"] if nxt is not None else seen["model.norm"]
+            out += [ms, ms]
+        else:
+            out += [seen[f"model.layers.{src}.input_layernorm"], seen[f"model.layers.{src}.post_attention_layernorm"]]
+    return out + [seen["model.norm"]]
+
+
+# ================================================================================================ upcycle
+def check_grow_depth(grow_depth) -> int:
+    if isinstance(grow_depth, bool) or not isinstance(grow_depth, int) or grow_depth < 0:
+        raise UpcycleError(f"grow_depth={grow_depth!r} is not allowed: the number of new blocks must be a "
+                           "non-negative integer (0 = no growth)")
+    return grow_depth
+
+
+def upcycle(source, arch: str, *, grow_depth: int = 0, grow_mode: str = "interleave", dtype: str | None = None,
+            allow_function_change: bool = False, overrides: dict | None = None, revision: str | None = None,
+            gguf_file: str | None = None, seed: int = 0) -> UpcycleResult:
+    """Upcycle ``source`` (a transformers causal LM, a local folder or a Hub id; ``gguf_file`` names a GGUF file
+    in the folder, dequantised to fp32) into the registered architecture ``arch``; see the module docstring.
+
+    Args:
+        grow_depth: New blocks K (zero output projections); 0 keeps the source's depth.
+        grow_mode: ``"interleave"`` (spread evenly between source blocks) or ``"append"`` (after the last one).
+        dtype: dtype of the returned model (``float32`` default, ``bfloat16``, ``float16``); measured in fp32.
+        allow_function_change: Accept an architecture whose start changes the function (its measured loss change
+            is in the result).
+        overrides: Config fields of the architecture (e.g. a bounded start's knob ``attnres_mix_eps``).
+        seed: Seed of the architecture's init of the new parameters.
+    """
+    import torch
+
+    from depthbench.registry import get
+
+    try:
+        spec = get(arch)
+    except ValueError as exc:
+        raise UpcycleError(str(exc)) from None
+    grow_depth = check_grow_depth(grow_depth)
+    if dtype is not None and dtype not in DTYPES:
+        raise UpcycleError(f"dtype={dtype!r} is not allowed: dtype must be one of {', '.join(DTYPES)}")
+    config_class = spec.config_class
+    start = config_class.upcycle_start
+    if start == "changes" and not allow_function_change:
+        raise UpcycleError(f"{arch} changes the function at step 0 ({config_class.upcycle_reason}); pass "
+                           "--allow-function-change (allow_function_change=True) to upcycle it anyway, or choose an "
+                           "exact or bounded architecture (see depthbench upcycle --help)")
+    model_src, tokenizer, info = load_source(source, revision=revision, gguf_file=gguf_file)
+    fields = backbone_fields(model_src.config, family_of(model_src)[1])
+    depth = fields["num_hidden_layers"] + grow_depth
+    layout = block_map(fields["num_hidden_layers"], grow_depth, grow_mode)
+    fields.update(num_hidden_layers=depth, **config_class.upcycle_fields(depth), **(overrides or {}))
+    try:
+        config = config_class(**fields)
+    except (TypeError, ValueError) as exc:
+        raise UpcycleError(f"cannot build a {arch} config from the source: {exc}") from None
+    state, leftover = map_state(model_src.state_dict(), layout, tied=bool(config.tie_word_embeddings))
+    if leftover:
+        raise UpcycleError(f"{len(leftover)} source tensor(s) have no place in depthbench's backbone: "
+                           + ", ".join(leftover[:8]) + (" ..." if len(leftover) > 8 else ""))
+    torch.manual_seed(seed)
+    model = spec.causal_lm_class(config).eval()
+    target = model.state_dict()
+    new_blocks = {pos for pos, src in enumerate(layout) if src is None}
+    with torch.no_grad():
+        for pos in new_blocks:
+            for rel in OUTPUT_PROJECTIONS:
+                name = f"model.layers.{pos}.{rel}"
+                if name in target:
+                    state[name] = torch.zeros_like(target[name])
+    config.upcycle_state(state, new_blocks)
+    wrong = [k for k, v in state.items() if k not in target or target[k].shape != v.shape]
+    if wrong:
+        have = tuple(target[wrong[0]].shape) if wrong[0] in target else "no such tensor"
+        raise UpcycleError(f"source tensor {wrong[0]} does not fit the {arch} model (shape "
+                           f"{tuple(state[wrong[0]].shape)} vs {have})")
+    model.load_state_dict(state, strict=False)
+    if config.tie_word_embeddings:
+        model.tie_weights()
+    del state, target
+
+    ids, sample = sample_ids(tokenizer, config.vocab_size)
+    ref_logits, loss_source = _logits_and_loss(model_src, ids)
+    logits, loss_upcycled = _logits_and_loss(model, ids)
+    deviation = float((logits - ref_logits).abs().max() / ref_logits.abs().max())
+    del logits, ref_logits
+    bound = config.upcycle_bound(norm_input_mean_squares(model_src, ids, layout)) if start == "bounded" else None
+    if start == "exact" and not deviation <= EXACT_TOLERANCE:
+        raise RuntimeError(f"{arch}'s start is declared exact but its logits deviate from the source's by "
+                           f"{deviation:.3g} (relative; allowed {EXACT_TOLERANCE:g}); nothing returned")
+    if start == "bounded" and not deviation <= bound:
+        raise RuntimeError(f"{arch}'s start deviates by {deviation:.3g}, outside its stated bound {bound:.3g}; "
+                           "nothing returned")
+    if dtype is not None:
+        model = model.to(getattr(torch, dtype))
+    generation_config = getattr(model_src, "generation_config", None)
+    result = UpcycleResult(model=model, arch=arch, start=start, deviation=deviation, bound=bound,
+                           loss_source=loss_source, loss_upcycled=loss_upcycled, layout=layout, source=info,
+                           sample_tokens=int(ids.numel()), sample=sample, knob=config_class.upcycle_knob,
+                           tokenizer=tokenizer, generation_config=generation_config)
+    result.report = _report(result, config, grow_mode, dtype or "float32", overrides or {})
+    return result
+
+
+def _report(r: UpcycleResult, config, grow_mode: str, dtype: str, overrides: dict) -> dict:
+    grown = [i for i, s in enumerate(r.layout) if s is None]
+    return {
+        "source": {"name": r.source.name, "family": r.source.family, "revision": r.source.revision,
+                   "license": r.source.license, "gguf_file": r.source.gguf_file},
+        "arch": r.arch, "start": r.start, "reason": type(config).upcycle_reason,
+        "deviation_relative": r.deviation, "bound_relative": r.bound, "knob": r.knob,
+        "knob_value": getattr(config, r.knob) if r.knob else None,
+        "loss_source": r.loss_source, "loss_upcycled": r.loss_upcycled, "loss_change": r.loss_change,
+        "sample": r.sample, "sample_tokens": r.sample_tokens,
+        "growth": {"new_blocks": len(grown), "mode": grow_mode if grown else None, "positions": grown,
+                   "layout": r.layout},
+        "overrides": overrides, "dtype": dtype,
+    }
