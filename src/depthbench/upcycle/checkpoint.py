@@ -38,7 +38,7 @@ def save(result, output_dir: str, overwrite: bool = False) -> str:
     """Write ``result`` (:class:`~depthbench.upcycle.core.UpcycleResult`) into ``output_dir``; returns it."""
     import torch
 
-    from depthbench.hub.cards import write_card
+    from depthbench.cards import write_card
     from depthbench.hub.convert import write_atomically
 
     check_output(output_dir, overwrite)

@@ -54,7 +54,7 @@ def starts_table() -> str:
     return "\n".join(lines)
 
 
-def run_cli(args: argparse.Namespace) -> int:
+def _cmd_upcycle(args: argparse.Namespace) -> int:
     from depthbench.upcycle.checkpoint import check_output
     from depthbench.upcycle.core import upcycle
 
@@ -101,4 +101,4 @@ def register_cli(subparsers) -> None:
     p.add_argument("--revision", help="branch, tag or commit of a Hub id")
     p.add_argument("--seed", type=int, default=0, help="seed of the new parameters' init (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier upcycle in the output folder")
-    p.set_defaults(func=run_cli)
+    p.set_defaults(func=_cmd_upcycle)
