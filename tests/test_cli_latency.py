@@ -25,6 +25,8 @@ HEAVY = ("torch", "transformers", "numpy", "datasets", "accelerate", "lm_eval", 
 FAST_COMMANDS = [["--help"], ["--version"], ["tasks-path"], ["archs"], ["archs", "--json"], ["shapes"],
                  ["shapes", "400m"], ["shapes", "tiny", "--csv"], ["shapes", "400m", "--arch", "mhc"],
                  ["shapes", "--budget", "20m", "--depths", "4,8", "--arch", "moda"], ["bench", "--help"]]
+HELP_NEEDS_MODEL_CODE = {"upcycle": "its epilog lists each architecture's start, read from the config classes"}
+"""Commands whose ``--help`` may import torch, and why; every other command's ``--help`` imports no heavy framework."""
 
 
 def _python(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -47,6 +49,40 @@ def test_fast_commands_import_no_heavy_framework(argv):
     result = _python(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "0 []", result.stdout  # exit code 0, no heavy module loaded
+
+
+def test_help_of_every_command_imports_no_heavy_framework():
+    """``depthbench <command> --help`` for every command of :data:`depthbench.cli.COMMANDS` (one interpreter per
+    command: each import is measured fresh) loads none of :data:`HEAVY`, except the commands listed in
+    :data:`HELP_NEEDS_MODEL_CODE`; ``sweep --help`` builds the ``demo`` parser too, so the demo's constants must not
+    pull in the runner."""
+    from depthbench.cli import COMMANDS
+
+    code = (
+        "import sys, contextlib, io, json\n"
+        "from depthbench.cli import main\n"
+        "out = {}\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        "        main([sys.argv[1], '--help'])\n"
+        "    except SystemExit as exc:\n"
+        "        out['code'] = exc.code\n"
+        f"out['heavy'] = sorted(m for m in {HEAVY!r} if m in sys.modules)\n"
+        "print(json.dumps(out))\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    loaded = {}
+    for command in COMMANDS:
+        if command in HELP_NEEDS_MODEL_CODE:
+            continue
+        result = subprocess.run([sys.executable, "-c", code, command], capture_output=True, text=True, timeout=120,
+                                env=env)
+        assert result.returncode == 0, (command, result.stderr)
+        out = json.loads(result.stdout.strip().splitlines()[-1])
+        assert out["code"] == 0, (command, result.stderr)
+        if out["heavy"]:
+            loaded[command] = out["heavy"]
+    assert loaded == {}, loaded
 
 
 def test_console_script_latency():

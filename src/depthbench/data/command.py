@@ -7,8 +7,6 @@ from __future__ import annotations
 import argparse
 import os
 
-from depthbench.data.prepare import prepare_data
-
 
 def _extra_splits(items: list[str] | None) -> dict[str, list[str]]:
     """``{name: files}`` of the ``--extra-split NAME=FILE[,FILE...]`` arguments."""
@@ -23,6 +21,8 @@ def _extra_splits(items: list[str] | None) -> dict[str, list[str]]:
 
 def _cmd_prepare_data(args: argparse.Namespace) -> int:
     """``depthbench prepare-data`` (errors and exit codes: ``depthbench.errors``)."""
+    from depthbench.data.prepare import prepare_data  # numpy: loaded by the command, not by its --help
+
     extra = _extra_splits(args.extra_split)
     meta = prepare_data(
         args.inputs,

@@ -62,9 +62,6 @@ from typing import Any
 
 from depthbench import atomic, runs
 from depthbench.shapes import get_grid, get_shape, grid_shapes
-from depthbench.sweeps.report import print_table
-from depthbench.sweeps.results import collect_results
-from depthbench.sweeps.runner import run_sweep
 from depthbench.sweeps.spec import SweepError, SweepSpec, claim_folder
 from depthbench.sweeps.workers import usable_cores
 
@@ -184,6 +181,11 @@ def run_demo(out: str = DEMO_OUT, steps: int | None = None, overrides: list[str]
     """``depthbench demo``: build data, run the sweep, analyse, evaluate, print the closing table and paths.
     ``steps``: :data:`DEMO_STEPS` unless given; ``overrides``: run-config ``KEY=VALUE`` for every run; ``workers``:
     ``min(usable cores, DEMO_MAX_WORKERS)`` unless given; ``eval_limit``: questions per synthetic task family."""
+    # imported here: ``depthbench demo --help`` reads this module's constants and must not load the runner's code
+    from depthbench.sweeps.report import print_table
+    from depthbench.sweeps.results import collect_results
+    from depthbench.sweeps.runner import run_sweep
+
     workers = min(usable_cores(), DEMO_MAX_WORKERS) if workers is None else workers
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise SweepError(f"--workers {workers!r} is not allowed: give a positive integer")
