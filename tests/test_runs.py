@@ -99,3 +99,30 @@ def test_a_report_written_elsewhere_is_kept_as_the_first_section(tmp_path):
     (tmp_path / "report.md").write_text("# My notes\n\nkept\n")
     runs.write_report_section(str(tmp_path), "analysis", "## Layer analyses")
     assert (tmp_path / "report.md").read_text() == "# My notes\n\nkept\n\n## Layer analyses\n"
+
+
+def test_a_mistyped_path_under_a_local_folder_is_a_local_error_not_a_hub_id(tmp_path, monkeypatch, capsys):
+    """``runs/<typo>`` looks like an ``owner/name`` Hub id, but ``runs/`` is a local folder: the user meant a path.
+    It is refused at once (exit 2, with the closest name there), before any Hub request."""
+    from depthbench.cli import main
+
+    _run(tmp_path, "pre_ln__tiny-L2__lr0.002__s0", "finished", final=True)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"no such model folder in the local folder runs/ \(did you mean "
+                                         r"runs/pre_ln__tiny-L2__lr0.002__s0\?\)"):
+        runs.model_dir("runs/pre_ln__tiny-L2__lr0.002__s1")
+    assert runs.model_dir("org/name") == "org/name"  # no local org/: still a Hub id
+
+    import huggingface_hub
+
+    def no_hub(*args, **kwargs):
+        raise AssertionError("the Hub was asked for a mistyped local path")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_hub)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_hub)
+    for argv in (["analyze", "runs/pre_ln__tiny-L2_lr0.002__s0", "--data", "data.txt"],
+                 ["export-llama", "runs/pre_ln__tiny-L2_lr0.002__s0", "-o", "out"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "did you mean runs/pre_ln__tiny-L2__lr0.002__s0?" in err, err
+    assert not (tmp_path / "out").exists()

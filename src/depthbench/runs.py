@@ -30,6 +30,7 @@ Everything here reads and writes plain files; nothing imports torch.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -152,6 +153,13 @@ def model_dir(target: str) -> str:
     if not _HUB_ID.match(target):
         raise ValueError(f"{target}: no such model folder (and not a Hub id, which is 'name' or 'owner/name'): give "
                          "an existing HF model folder, a run folder or a Hub id")
+    owner, sep, name = target.partition("/")
+    if sep and os.path.isdir(owner):  # "runs/hc_typo" next to a local runs/: a mistyped path, not a Hub model
+        close = difflib.get_close_matches(name, sorted(os.listdir(owner)), n=1)
+        hint = f" (did you mean {os.path.join(owner, close[0])}?)" if close else ""
+        raise ValueError(f"{target}: no such model folder in the local folder {owner}/{hint}; give an existing HF "
+                         "model folder or run folder (a Hub id whose owner is also a local folder name: download "
+                         "it first, or run from another folder)")
     return target
 
 

@@ -118,3 +118,23 @@ def test_cli_takes_a_revision():
     register_cli(parser.add_subparsers())
     args = parser.parse_args(["export-llama", "org/name", "--revision", "step-000002", "-o", "out"])
     assert args.revision == "step-000002"
+
+
+def test_a_run_folder_exports_its_final_model(tmp_path):
+    """``export-llama RUN`` takes the run folder, as every command does (its ``final/`` export), and refuses a run
+    without one in a line that says so."""
+    from transformers import AutoModelForCausalLM
+
+    run = tmp_path / "runs" / "pre_ln__tiny-L2__lr0.002__s0"
+    model = _pre_ln(run / "final")
+    (run / "run_config.json").write_text("{}")
+    out = ex.export_llama(str(run), str(tmp_path / "llama"))
+    ids = seeded_ids(SHAPE["vocab_size"], 2, 10, seed=1)
+    with torch.no_grad():
+        assert max_abs_diff(AutoModelForCausalLM.from_pretrained(out)(ids).logits, model(ids).logits) < 1e-5
+    running = tmp_path / "runs" / "pre_ln__tiny-L4__lr0.002__s0"
+    running.mkdir()
+    (running / "run_config.json").write_text("{}")
+    with pytest.raises(ValueError, match="training run without a final export yet"):
+        ex.export_llama(str(running), str(tmp_path / "llama2"))
+    assert not (tmp_path / "llama2").exists()

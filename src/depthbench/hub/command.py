@@ -3,7 +3,7 @@
 
     depthbench publish runs/hc-L24 --dry-run
     depthbench convert aspect-ratio-scaling/preln-lr2e-3-llama-400M-L24-pretrain --step 7600 -o preln-L24
-    depthbench export-llama runs/preln-L24/final -o preln-L24-llama
+    depthbench export-llama runs/preln-L24 -o preln-L24-llama
 
 The handlers import their library module when they run (registering the parsers needs only convert's dtype names).
 """
@@ -98,7 +98,8 @@ def _add_export_llama(subparsers) -> None:
         "export-llama", help="export a pre_ln checkpoint as a stock LlamaForCausalLM (no remote code)",
         description="Write a pre_ln checkpoint as a plain Llama folder for tools that only know Llama. Other "
                     "architectures are refused with the reason. The export's logits are checked against the source.")
-    p.add_argument("checkpoint", help="depthbench HF folder (e.g. runs/NAME/final) or Hub id of a pre_ln model")
+    p.add_argument("checkpoint", help="training run folder (its final/ export), depthbench HF folder or Hub id "
+                   "of a pre_ln model")
     p.add_argument("-o", "--output", required=True, help="output folder")
     p.add_argument("--revision", default=None, help="branch, tag or commit of a Hub id (e.g. step-001000)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")

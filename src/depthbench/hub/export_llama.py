@@ -1,6 +1,6 @@
 """``depthbench export-llama``: a ``pre_ln`` checkpoint as a stock ``LlamaForCausalLM`` folder (no remote code).
 
-    depthbench export-llama runs/preln-L24/final -o preln-L24-llama
+    depthbench export-llama runs/preln-L24 -o preln-L24-llama
 
     depthbench export-llama aspect-ratio-scaling/preln-... --revision step-001000 -o preln-llama   # a Hub id
 
@@ -91,10 +91,14 @@ def check_logits(source, llama, config, tolerance: float = 1e-4) -> None:
 
 
 def _source_folder(checkpoint: str, revision: str | None, endpoint: str | None, cache_dir: str | None) -> str:
-    """A local folder holding ``checkpoint``: itself, or a Hub id's snapshot (config, weights, tokenizer files;
-    huggingface_hub's cache, resumable)."""
-    if os.path.isdir(checkpoint):
-        return checkpoint
+    """A local folder holding ``checkpoint``: a model folder, a training run's ``final/`` export
+    (:func:`depthbench.runs.model_dir`, as every command resolves a target), or a Hub id's snapshot (config,
+    weights, tokenizer files; huggingface_hub's cache, resumable)."""
+    from depthbench.runs import model_dir
+
+    path = model_dir(checkpoint)  # bad local targets (a sweep, a run without final/, a missing path) raise here
+    if os.path.isdir(path):
+        return path
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError, HTTPError
 
