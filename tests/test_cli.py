@@ -174,3 +174,33 @@ def test_bench_rejects_bad_arguments(capsys):
     assert code == 2 and "depth=3" in err
     code, _, err = run(capsys, "bench", "--shape", "tiny-L2", "--steps", "0", "--no-memory")
     assert code == 2 and "--steps" in err
+
+
+@pytest.mark.parametrize("argv", [["archs"], ["shapes", "tiny"], ["--help"]], ids=" ".join)
+def test_a_closed_pipe_stops_quietly(argv, tmp_path):
+    """``depthbench archs | head``: when the reader of stdout has gone, the command prints nothing on stderr (no
+    "Broken pipe", no traceback) and exits 0 (argparse's own --help) or 141, the status of a tool stopped by
+    SIGPIPE, never the failure code 1."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first byte: every write meets a closed pipe
+    try:
+        result = subprocess.run([sys.executable, "-c", "import sys; from depthbench.cli import main; "
+                                 "sys.exit(main(sys.argv[1:]))", *argv], stdout=write, stderr=subprocess.PIPE,
+                                text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert result.stderr == ""
+    assert result.returncode in (0, 141)
+    if argv[0] != "--help":
+        assert result.returncode == 141
+
+
+def test_a_mistyped_architecture_gets_a_did_you_mean(capsys):
+    code, _, err = run(capsys, "shapes", "400m", "--arch", "preln")
+    assert code == 2 and "unknown architecture 'preln' (did you mean 'pre_ln'?)" in err
+    code, _, err = run(capsys, "analyze", "x", "--metrics", "logitlens")
+    assert code == 2 and "unknown metric 'logitlens' (did you mean 'logit_lens'?)" in err

@@ -102,3 +102,18 @@ def test_card_names_its_paper(arch_id):
     card = arch.card
     assert card.strip() and card != arch.description
     assert arch.arxiv in card or arch.paper_url in card, f"{arch_id} card does not cite arXiv {arch.arxiv}"
+
+
+@pytest.mark.parametrize("typo, meant", [("preln", "pre_ln"), ("pre-ln", "pre_ln"), ("Pre_LN", "pre_ln"),
+                                         ("attn_res", "attnres"), ("denseformr", "denseformer"), ("mhc2", "mhc")])
+def test_a_mistyped_id_gets_a_did_you_mean(typo, meant):
+    """Lookups name the closest registered id (``_``, ``-`` and case ignored) before the list of valid ids; an id
+    close to none gets the list alone."""
+    with pytest.raises(ValueError, match=rf"unknown architecture '{typo}' \(did you mean '{meant}'\?\); valid "):
+        registry.get(typo)
+    with pytest.raises(ValueError) as excinfo:
+        registry.resolve_archs(f"hc,{typo}")
+    assert f"did you mean '{meant}'?" in str(excinfo.value)
+    with pytest.raises(ValueError) as excinfo:
+        registry.get("nope")
+    assert "did you mean" not in str(excinfo.value)

@@ -31,7 +31,7 @@ import traceback
 from collections.abc import Sequence
 
 from depthbench import __version__
-from depthbench.errors import EXIT_OK, EXIT_USAGE, run_command
+from depthbench.errors import EXIT_OK, EXIT_PIPE, EXIT_USAGE, run_command, silence_stdout
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "archs": ("depthbench.cli", "list the registered architectures"),
@@ -193,9 +193,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Every command's errors go through :func:`depthbench.errors.run_command`: bad input (a ``ValueError``: bad
     shape, unknown architecture, ...) is a one-line message with exit code 2, a failure of the work exit code 1;
-    set ``DEPTHBENCH_TRACEBACK=1`` to see the traceback instead.
+    set ``DEPTHBENCH_TRACEBACK=1`` to see the traceback instead. When the reader of stdout goes away
+    (``depthbench archs | head``), the command stops without a message, exit code 141 (as for SIGPIPE).
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:  # ``depthbench --help | head``: the reader left; stop quietly, as SIGPIPE would
+        silence_stdout()
+        return EXIT_PIPE
+
+
+def _main(argv: list[str]) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     try:
         parser = build_parser(command)
@@ -206,9 +214,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"depthbench: error: the command {command!r} is unavailable: its module {COMMANDS[command][0]} "
               f"failed to load:\n  {error}", file=sys.stderr)
         return EXIT_USAGE
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit:  # --help, --version, a usage error: flush here, where a closed pipe can still be handled
+        sys.stdout.flush()
+        raise
     if getattr(args, "func", None) is None:
         parser.print_help()
+        sys.stdout.flush()
         return EXIT_OK if not argv else EXIT_USAGE
     return run_command(args.command, args.func, args)
 

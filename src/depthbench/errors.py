@@ -6,6 +6,8 @@ code   meaning
 0      done (a training run stopped by a signal after checkpointing also exits 0: resume it)
 1      the work failed while running: a run diverged or hit a full disk, a sweep run failed, an upload failed
 2      bad usage or input: the one-line message says what was wrong and what is allowed; nothing was written
+141    the reader of the output went away (``depthbench archs | head``): stopped quietly, as a tool killed by
+       SIGPIPE does (128 + 13, the status a shell reports for one)
 =====  =====================================================================================================
 
 Commands raise exceptions and never choose a code themselves: ``depthbench.cli`` (and ``python -m
@@ -26,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_PIPE = 128 + 13  # SIGPIPE: the reader of stdout closed it
 
 _USAGE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
 
@@ -62,9 +65,23 @@ def run_command(command: str, func: Callable[[Any], int | None], args: Any) -> i
     when it raises an error of :func:`is_reported`, the one-line message on stderr and :func:`exit_code`."""
     try:
         code = func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not as "Exception ignored" at interpreter exit
+    except BrokenPipeError:
+        silence_stdout()
+        return EXIT_PIPE
     except Exception as exc:
         if not is_reported(exc) or os.environ.get("DEPTHBENCH_TRACEBACK"):
             raise
         print(f"depthbench {command}: error: {exc}", file=sys.stderr)
         return exit_code(exc)
     return EXIT_OK if code is None else int(code)
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null: the reader is gone, and Python's final flush must not report the closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (captured stdout): nothing to flush
+        pass

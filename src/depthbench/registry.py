@@ -10,6 +10,7 @@ architectures. Adding an architecture, every step and what checks it: docs/desig
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 from collections.abc import Callable
@@ -110,12 +111,27 @@ def arch_ids() -> list[str]:
     return list(ARCHITECTURES)
 
 
+def did_you_mean(name: str, choices) -> str:
+    """`` (did you mean 'x'?)`` for the choice closest to a mistyped ``name`` (difflib, with ``_`` and ``-`` and
+    case ignored: ``preln``, ``pre-ln`` and ``Pre_LN`` all find ``pre_ln``), or ``""`` when none is close."""
+    def norm(text: str) -> str:
+        return str(text).lower().replace("_", "").replace("-", "")
+
+    by_norm = {norm(c): c for c in choices}
+    if norm(name) in by_norm:
+        return f" (did you mean {by_norm[norm(name)]!r}?)"
+    close = difflib.get_close_matches(norm(name), list(by_norm), n=1, cutoff=0.75)
+    return f" (did you mean {by_norm[close[0]]!r}?)" if close else ""
+
+
 def get(arch_id: str) -> Architecture:
-    """The registered architecture ``arch_id``; an unknown id raises ``ValueError`` listing the valid ones."""
+    """The registered architecture ``arch_id``; an unknown id raises ``ValueError`` naming the closest id (when one
+    is close) and listing the valid ones."""
     try:
         return ARCHITECTURES[arch_id]
     except KeyError:
-        raise ValueError(f"unknown architecture {arch_id!r}; valid architectures: {', '.join(ARCHITECTURES)}") from None
+        raise ValueError(f"unknown architecture {arch_id!r}{did_you_mean(arch_id, ARCHITECTURES)}; valid "
+                         f"architectures: {', '.join(ARCHITECTURES)}") from None
 
 
 def resolve_archs(spec: str | list[str]) -> list[str]:

@@ -38,7 +38,9 @@ DEFAULT_METRICS = ["angular", "causal", "permutation", "usefulness", "jacobian",
 def metric_module(metric: str):
     """The module implementing ``metric`` (ValueError naming the valid ids otherwise)."""
     if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
+        from depthbench.registry import did_you_mean
+
+        raise ValueError(f"unknown metric {metric!r}{did_you_mean(metric, METRICS)}; choose from {', '.join(METRICS)}")
     return importlib.import_module(f"{__name__}.{METRICS[metric]}")
 
 
