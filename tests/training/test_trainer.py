@@ -221,6 +221,7 @@ def test_missing_and_empty_data(data_dir, tmp_path):
         train(tiny_run(empty, tmp_path / "r2"))
     with pytest.raises(ValueError, match="seq_len"):  # fewer tokens than one window
         train(tiny_run(_short_data(tmp_path, data_dir), tmp_path / "r3"))
+    assert not list(tmp_path.glob("r*/checkpoints"))  # a failed start leaves no empty checkpoints/ behind
 
 
 def _short_data(tmp_path: Path, data_dir: Path) -> Path:
@@ -242,6 +243,7 @@ def test_model_mismatches_are_refused(data_dir, tmp_path):
         train(tiny_run(data_dir, tmp_path / "r3", "data.eval_splits=[nope]"))
     with pytest.raises(ValueError, match="unknown architecture"):
         train(tiny_run(data_dir, tmp_path / "r4", "model.arch=nope"))
+    assert not list(tmp_path.glob("r*/checkpoints"))  # checkpoints/ comes with the first checkpoint, not before
 
 
 def test_output_dir_with_another_run_needs_resume_or_overwrite(data_dir, tmp_path):

@@ -132,10 +132,12 @@ def _holds_work(out: str) -> bool:
 
 
 def _check_writable(out: str) -> None:
-    """Create ``out`` (and ``out/checkpoints``) and write a probe file there, or raise a clear error."""
+    """Create ``out`` and write a probe file there (and in ``out/checkpoints`` when a run left one), or raise a clear
+    error. ``checkpoints/`` itself is created by the first checkpoint: a run that fails before it leaves none."""
+    ckpt_root = os.path.join(out, runs.CHECKPOINTS)
     try:
-        os.makedirs(os.path.join(out, runs.CHECKPOINTS), exist_ok=True)
-        for folder in (out, os.path.join(out, runs.CHECKPOINTS)):
+        os.makedirs(out, exist_ok=True)
+        for folder in (out, ckpt_root) if os.path.isdir(ckpt_root) else (out,):
             probe = os.path.join(folder, f".write-probe-{os.getpid()}")
             with open(probe, "wb") as f:
                 f.write(b"ok")
@@ -161,13 +163,6 @@ def hold_output_dir(cfg: RunConfig, log) -> None:
 def release_output_dir(out: str) -> None:
     """Release this process's lease on run folder ``out`` (if it holds one): ``train()`` calls it when done."""
     lease.release(out)
-
-
-def _undo_created(folders: list[str]) -> None:
-    """Remove the folders a refused start created (when still empty)."""
-    for folder in folders:
-        with contextlib.suppress(OSError):
-            os.rmdir(folder)
 
 
 def agree(acc, error: BaseException | None) -> None:
@@ -196,7 +191,6 @@ def prepare_output_dir(cfg: RunConfig, acc, log=None) -> RunStart:
     record_path = os.path.join(out, runs.RUN_CONFIG)
     ckpt_root = os.path.join(out, runs.CHECKPOINTS)
     start, error = RunStart(), None
-    created = [] if os.path.isdir(ckpt_root) else [ckpt_root]
     try:
         if acc.is_main_process:
             hold_output_dir(cfg, log)
@@ -236,7 +230,6 @@ def prepare_output_dir(cfg: RunConfig, acc, log=None) -> RunStart:
     except (RunConfigError, TrainingError, lease.LeaseHeld) as exc:
         error = exc
     if error is not None and acc.is_main_process:
-        _undo_created(created)
         release_output_dir(out)  # also removes out/ when the lease created it and it is empty
     agree(acc, error)
     if acc.is_main_process and cfg.overwrite and start.checkpoint is None:
