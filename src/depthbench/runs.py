@@ -236,6 +236,29 @@ def sweep_data_dir(sweep_dir: str) -> str | None:
     return data
 
 
+def run_data_dir(target: str) -> str | None:
+    """The data folder a training run trained on (``config.data.data_dir`` of its ``run_config.json``), for
+    ``target`` = the run folder, its ``final/`` export or one of its checkpoints' ``hf/`` exports; ``None`` when
+    ``target`` belongs to no run or the recorded folder no longer exists."""
+    path = os.path.abspath(target)
+    for run_dir in (path, os.path.dirname(path), os.path.dirname(os.path.dirname(os.path.dirname(path)))):
+        if is_run(run_dir):
+            break
+    else:
+        return None
+    try:
+        record = atomic.read_json(os.path.join(run_dir, RUN_CONFIG)) or {}
+    except (OSError, ValueError):
+        return None
+    data = (((record.get("config") or {}) if isinstance(record, dict) else {}).get("data") or {}).get("data_dir")
+    if not data:
+        return None
+    for candidate in (data, os.path.join(run_dir, data)):  # absolute since the trainer records it so
+        if os.path.isdir(candidate):
+            return candidate
+    return None
+
+
 def write_report_section(sweep_dir: str, name: str, text: str | None) -> str:
     """Store section ``name`` of the sweep's report (``None`` removes it) and reassemble ``report.md`` from every
     stored section in :data:`REPORT_SECTIONS` order, and ``report.html`` from it (``depthbench.report_page``: the

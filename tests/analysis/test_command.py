@@ -177,3 +177,59 @@ def test_usefulness_short_of_windows_is_skipped_from_the_default_list_and_an_err
                  str(tmp_path / "b"), *COMMON]) == 2
     assert "--num-samples 5 or more" in capsys.readouterr().err
     assert not (tmp_path / "b" / "angular.json").exists()  # refused before anything was computed
+
+
+@pytest.fixture(scope="module")
+def demo_like_run(sweep, tmp_path_factory) -> Path:
+    """A training run whose data, like the demo's, has no ``eval`` split: ``eval_synthetic`` holds short documents
+    (at most 18 tokens: too short for 24-token windows) and ``eval_text`` long ones; ``run_config.json`` records it."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from depthbench.data import prepare_data
+
+    root = tmp_path_factory.mktemp("demo_like")
+    src = sweep.parent / "data_src"
+    data = root / "data"
+    tok = AutoTokenizer.from_pretrained(str(sweep.parent / "data" / "tokenizer"))
+    text = root / "text.txt"
+    text.write_text("\n".join(line for line in (src / "train.txt").read_text().splitlines()[-40:]) + "\n")
+    prepare_data([str(src / "train.txt")], tok, str(data), progress=False,
+                 extra_splits={"eval_synthetic": [str(src / "synthetic.txt")], "eval_text": [str(text)]})
+    run = root / "runs" / "pre_ln__tiny-L2__lr0.003__s0"
+    shutil.copytree(_ckpt(sweep), run / "final")
+    (run / "run_config.json").write_text(json.dumps({"config": {"data": {"data_dir": str(data)}}}))
+    return run
+
+
+WINDOWS24 = [*COMMON, "--seq-len", "24"]
+
+
+def test_a_run_is_analysed_on_its_own_data_and_the_split_that_fits(demo_like_run, tmp_path, capsys):
+    """``analyze RUN`` needs no ``--data`` (the run records it) and, without ``--split``, takes the first split in
+    which the windows fit inside documents; a split that cannot give them is refused naming the split that can."""
+    out = tmp_path / "out"
+    for target in (demo_like_run, demo_like_run / "final"):
+        assert main(["analyze", str(target), "--metrics", "angular", "-o", str(out), "--force", *WINDOWS24]) == 0, \
+            capsys.readouterr().err
+        windows = json.loads((out / "angular.json").read_text())["settings"]["windows"]
+        assert windows["split"] == "eval_text"  # eval_synthetic comes first but its documents are too short
+    assert main(["analyze", str(demo_like_run), "--metrics", "angular", "--split", "eval_synthetic", "-o",
+                 str(tmp_path / "short"), *WINDOWS24]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]  # (after transformers' weight-loading bar)
+    assert err.startswith("depthbench analyze: error: ") and "split 'eval_synthetic'" in err
+    assert "pass --split eval_text (or train)" in err
+    assert "eval_synthetic 0" in err  # how many windows each split holds
+    assert not (tmp_path / "short").exists()
+    assert main(["analyze", str(demo_like_run), "--metrics", "angular", "--split", "nope", *WINDOWS24]) == 2
+    assert "'nope' is not a split" in capsys.readouterr().err
+
+
+def test_a_model_without_a_run_still_needs_data(sweep, tmp_path, capsys):
+    hf = tmp_path / "model"
+    import shutil
+
+    shutil.copytree(_ckpt(sweep), hf)
+    assert main(["analyze", str(hf), "--metrics", "angular", *WINDOWS24]) == 2
+    assert "--data is required" in capsys.readouterr().err

@@ -62,9 +62,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics", default=None,
                    help="comma-separated ids: angular, causal, permutation, usefulness, jacobian, logit_lens, pruning, "
                         "token_collapse, depth_mixing, hc_transport, efficiency, or 'all' (default: the eight metrics)")
-    p.add_argument("--data", default=None, help="token-shard folder (prepare-data output) or a text file "
-                                                "(one document per line); a sweep defaults to its own data")
-    p.add_argument("--split", default=None, help="split of a token-shard folder (default: eval, eval*, else train)")
+    p.add_argument("--data", default=None,
+                   help="token-shard folder (prepare-data output) or a text file (one document per line); a training "
+                        "run or a sweep defaults to the data it trained on (run_config.json, sweep.json)")
+    p.add_argument("--split", default=None,
+                   help="split of a token-shard folder (default: the first of eval, eval*, train in which "
+                        "--num-samples windows fit inside documents)")
     p.add_argument("-o", "--output", default=None,
                    help="output folder (default: <checkpoint>/analysis; a sweep: <sweep>/analysis/<run>)")
     p.add_argument("--num-samples", type=int, default=16, help="windows (default 16)")

@@ -56,7 +56,12 @@ def analyze_target(target: str, metrics: list[str], out_dir: str, data: str | No
         log(f"{target}: all metrics done, skipped")
         return {}
     if data is None:
-        raise ValueError("--data is required: a token-shard folder (prepare-data output) or a text file")
+        from depthbench.runs import run_data_dir
+
+        data = run_data_dir(target)  # a training run (or its final/) analyses the data it trained on
+        if data is None:
+            raise ValueError(f"--data is required for {target} (it is no training run whose data folder still "
+                             "exists): a token-shard folder (prepare-data output) or a text file")
     model, tokenizer = load_model(target, device=device, trust_remote_code=trust_remote_code)
     windows, tokenizer = _windows(data, spec, tokenizer)
     ctx = AnalysisContext(model, windows, spec, model_id=target, micro_batch_size=micro_batch_size,

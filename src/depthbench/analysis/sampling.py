@@ -80,19 +80,59 @@ def draw_windows(tokens: np.ndarray, eos_id: int | None, spec: WindowSpec) -> np
     return tokens[idx].astype(np.int64)
 
 
+def _split_tokens(data_dir: str, split: str) -> tuple[np.ndarray, int | None]:
+    from depthbench.data import TokenShards
+
+    shards = TokenShards(data_dir, split)
+    tokens = shards.read(0, min(shards.num_tokens, SCAN_LIMIT))
+    return np.asarray(tokens, dtype=np.int64), shards.eos_token_id
+
+
+def count_windows(tokens: np.ndarray, eos_id: int | None, spec: WindowSpec) -> int:
+    """How many non-overlapping ``spec.seq_len`` windows :func:`draw_windows` can draw from ``tokens``."""
+    bounds = [(0, len(tokens))] if spec.cross_documents else _documents(tokens, eos_id)
+    return len(_candidate_starts(bounds, spec.seq_len))
+
+
 def windows_from_shards(data_dir: str, spec: WindowSpec) -> np.ndarray:
     """Windows from a ``prepare-data`` folder (split ``spec.split``; its first :data:`SCAN_LIMIT` tokens).
 
-    Without a split: ``eval`` if present, else the first split whose name starts with ``eval``, else ``train``."""
-    from depthbench.data import TokenShards, load_meta
+    Without a split: the first of ``eval``, the splits whose name starts with ``eval`` (sorted), ``train`` in which
+    ``spec.num_samples`` windows fit (``spec.split`` is set to it, so result files record it). When the split
+    cannot give them, the error names every split of the folder that can (or says that none can, and how many
+    windows each holds)."""
+    from depthbench.data import load_meta
 
-    if spec.split is None:
-        splits = sorted(load_meta(data_dir)["splits"])
-        evals = [s for s in splits if s.startswith("eval")]
-        spec.split = "eval" if "eval" in splits else (evals[0] if evals else "train")
-    shards = TokenShards(data_dir, spec.split)
-    tokens = shards.read(0, min(shards.num_tokens, SCAN_LIMIT))
-    return draw_windows(np.asarray(tokens, dtype=np.int64), shards.eos_token_id, spec)
+    splits = sorted(load_meta(data_dir)["splits"])
+    if spec.split is not None:
+        if spec.split not in splits:
+            raise ValueError(f"--split {spec.split!r} is not a split of {data_dir}; its splits: {', '.join(splits)}")
+        order = [spec.split]
+    else:
+        order = (["eval"] if "eval" in splits else []) + [s for s in splits if s.startswith("eval") and s != "eval"]
+        order += ["train"] if "train" in splits else []
+        order = order or splits
+    counts: dict[str, int] = {}
+    for split in order:
+        tokens, eos = _split_tokens(data_dir, split)
+        counts[split] = count_windows(tokens, eos, spec)
+        if counts[split] >= spec.num_samples:
+            spec.split = split
+            return draw_windows(tokens, eos, spec)
+    for split in splits:  # which other splits would give the windows
+        if split not in counts:
+            counts[split] = count_windows(*_split_tokens(data_dir, split), spec)
+    fits = [s for s in splits if counts[s] >= spec.num_samples]
+    held = ", ".join(f"{s} {counts[s]}" for s in splits)
+    where = "inside single documents" if not spec.cross_documents else "in the data"
+    tried = f"split {order[0]!r}" if len(order) == 1 else f"splits {', '.join(order)}"
+    if fits:
+        hint = f"pass --split {fits[0]}" + (f" (or {', '.join(fits[1:])})" if fits[1:] else "")
+    else:
+        hint = "lower --num-samples or --seq-len" + ("" if spec.cross_documents else
+                                                     " or allow windows across documents (--cross-documents)")
+    raise ValueError(f"{spec.num_samples} windows of {spec.seq_len} tokens do not fit {where} of {tried} of "
+                     f"{data_dir} (windows per split: {held}): {hint}")
 
 
 def windows_from_text(path: str, tokenizer, spec: WindowSpec) -> np.ndarray:
