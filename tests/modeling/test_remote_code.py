@@ -384,3 +384,71 @@ def test_checkpoints_name_the_oldest_supported_transformers(checkpoints):
     with pytest.raises(ImportError, match=rf"needs transformers>={MIN_TRANSFORMERS}, but transformers 4.57.6 is"):
         check_transformers_version("4.57.6")
     check_transformers_version(MIN_TRANSFORMERS + ".dev0")  # pre-releases of the minimum count as it
+
+
+_TOKENIZER_CHILD = BLOCK_DEPTHBENCH + r'''
+import contextlib, io, json, sys, warnings
+import transformers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+folder, calls = sys.argv[1], json.loads(sys.argv[2])
+out = {"class_resolves": tokenizer_class_from_name(
+    json.load(open(folder + "/tokenizer_config.json"))["tokenizer_class"]) is not None}
+for call in calls:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        transformers.logging.set_verbosity_warning()
+        tokenizer = eval(call.replace("DIR", repr(folder)))
+    out[call] = {"ids": tokenizer("the cat sat")["input_ids"], "stderr": err.getvalue(),
+                 "warnings": [str(w.message) for w in caught]}
+print(json.dumps(out))
+'''
+
+
+def _readme_tour_tokenizer_calls() -> list[str]:
+    """The ``AutoTokenizer`` / ``PreTrainedTokenizerFast`` calls of the README's "A short tour" made without
+    ``import depthbench`` (the first code block), with the folder or Hub id replaced by ``DIR``."""
+    import re
+
+    text = (REPO_ROOT / "README.md").read_text()
+    tour = text[text.index("## A short tour"):]
+    block = tour[tour.index("```python") + 9:]
+    block = block[:block.index("import depthbench")]
+    calls = re.findall(r"((?:AutoTokenizer|PreTrainedTokenizerFast)\.from_pretrained\(\"[^\"]+\"[^)]*\))", block)
+    return [re.sub(r'\("[^"]+"', "(DIR", call) for call in calls]
+
+
+def test_a_saved_tokenizer_loads_without_depthbench_as_the_readme_shows(tmp_path):
+    """A checkpoint's tokenizer (saved by the trainer's rule: a standard transformers class named in
+    tokenizer_config.json, no ``auto_map``) loads in a fresh process without depthbench by the calls the README's
+    tour shows, with no ``[y/N]`` remote-code prompt (stdin closed: it would be printed on stdout) and no warning
+    about the model type, and encodes as the saved tokenizer does.
+
+    Why the README passes ``trust_remote_code=True`` to ``AutoTokenizer`` although the tokenizer has no code:
+    transformers 5's ``AutoTokenizer`` reads ``config.json`` first, and a ``model_type`` only the shipped code knows
+    (``auto_map.AutoConfig``) asks for the code; without the flag it prompts, and answered no it warns about the
+    model type. ``PreTrainedTokenizerFast.from_pretrained`` reads no config and runs no code at all."""
+    from depthbench.data.tokenizers import make_tiny_tokenizer, save_tokenizer
+    from depthbench.registry import build_model
+    from tests.helpers import TINY_FIELDS
+
+    calls = _readme_tour_tokenizer_calls()
+    assert any(c.startswith("AutoTokenizer.") for c in calls), calls  # the tour shows the Auto call
+    folder = tmp_path / "final"
+    tokenizer = make_tiny_tokenizer(["the cat sat on the mat"] * 8, vocab_size=300)
+    build_model("hc", **{**TINY_FIELDS, "vocab_size": len(tokenizer)}).save_pretrained(folder)
+    save_tokenizer(tokenizer, str(folder), model_max_length=TINY_FIELDS["max_position_embeddings"])
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    assert "auto_map" not in config  # no tokenizer code: the tokenizer is a transformers class
+    result = subprocess.run([sys.executable, "-c", _TOKENIZER_CHILD, str(folder), json.dumps(calls)],
+                            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "[y/N]" not in result.stdout
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out.pop("class_resolves")
+    want = tokenizer("the cat sat")["input_ids"]
+    for call, got in out.items():
+        assert got["ids"] == want, call
+        assert got["stderr"] == "" and got["warnings"] == [], (call, got)
