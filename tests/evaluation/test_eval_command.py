@@ -238,3 +238,30 @@ def test_folder_that_is_not_a_checkpoint(tmp_path, capsys):
     assert main(["eval", str(run), "--tasks", "depthbench_synthetic_mc_pointer"]) == 2
     assert "training run without a final export yet" in capsys.readouterr().err
     assert not (tmp_path / "empty" / "eval").exists() and not (run / "eval").exists()
+
+
+def test_lm_eval_git_lookup_is_quiet_outside_a_git_folder(tmp_path, monkeypatch, capfd):
+    """lm-eval records ``git describe`` of the working directory; outside a git folder git itself prints
+    ``fatal: not a git repository`` (lm-eval's own lookup, the reference here, does). depthbench's evaluation runs
+    lm-eval with the same lookup made quiet: the same ``None``, nothing on the terminal."""
+    import lm_eval
+    import lm_eval.evaluator
+    from lm_eval.loggers.utils import get_git_commit_hash
+
+    from depthbench.evaluation import harness
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # no enclosing repository is found
+    reference = get_git_commit_hash()
+    assert "not a git repository" in capfd.readouterr().err  # what users saw
+    seen = {}
+
+    def fake_simple_evaluate(**kwargs):
+        seen["hash"] = lm_eval.evaluator.get_git_commit_hash()
+        return {"results": {}}
+
+    monkeypatch.setattr(lm_eval, "simple_evaluate", fake_simple_evaluate)
+    harness._simple_evaluate(model=None, tasks=[])
+    assert seen["hash"] == reference is None
+    assert capfd.readouterr().err == ""
+    assert lm_eval.evaluator.get_git_commit_hash is get_git_commit_hash  # restored afterwards

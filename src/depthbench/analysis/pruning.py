@@ -63,8 +63,11 @@ def task_scores(ctx: AnalysisContext, layers: list[int], task: str, include_path
     if manager is None or task not in manager.all_tasks:
         manager = TaskManager(include_path=include_path) if include_path else TaskManager()
     lm = HFLM(pretrained=ctx.model, tokenizer=ctx.tokenizer, batch_size=batch_size, backend="causal")
-    add_env_info = lm_eval.evaluator.add_env_info
+    from depthbench.evaluation.harness import quiet_git_hash
+
+    add_env_info, git_hash = lm_eval.evaluator.add_env_info, lm_eval.evaluator.get_git_commit_hash
     lm_eval.evaluator.add_env_info = lambda storage: None  # skips a slow `pip list`; irrelevant here
+    lm_eval.evaluator.get_git_commit_hash = quiet_git_hash  # no "fatal: not a git repository" outside a checkout
 
     def score(context) -> float:
         with context:
@@ -80,7 +83,7 @@ def task_scores(ctx: AnalysisContext, layers: list[int], task: str, include_path
         for layer in ctx.bar(layers, f"pruning ({task})"):
             scores[layer] = score(ctx.adapter.skip(layer))[1]
     finally:
-        lm_eval.evaluator.add_env_info = add_env_info
+        lm_eval.evaluator.add_env_info, lm_eval.evaluator.get_git_commit_hash = add_env_info, git_hash
     return name, base, scores
 
 

@@ -93,12 +93,28 @@ def load_model_and_tokenizer(model_id: str, *, device: str | None = None, dtype:
 _ENV_INFO: dict[str, Any] = {}
 
 
+def quiet_git_hash() -> str | None:
+    """lm-eval's ``get_git_commit_hash`` (``git describe --always`` of the working directory, else the commit read
+    from its ``.git`` folder) with git's stderr discarded: outside a git folder git prints ``fatal: not a git
+    repository`` on the user's terminal, which says nothing about the evaluation (the result is ``None`` then)."""
+    import subprocess
+
+    from lm_eval.loggers.utils import get_commit_from_path
+
+    try:
+        return subprocess.check_output(["git", "describe", "--always"], stderr=subprocess.DEVNULL,  # noqa: S607
+                                       stdin=subprocess.DEVNULL).strip().decode()
+    except (subprocess.CalledProcessError, OSError):
+        return get_commit_from_path(os.getcwd())
+
+
 def _simple_evaluate(**kwargs) -> dict[str, Any]:
-    """``lm_eval.simple_evaluate`` with its environment report (``pip list``, seconds) computed once per process."""
+    """``lm_eval.simple_evaluate`` with its environment report (``pip list``, seconds) computed once per process,
+    and its git lookup quiet (:func:`quiet_git_hash`)."""
     import lm_eval.evaluator
     from lm_eval import simple_evaluate
 
-    real = lm_eval.evaluator.add_env_info
+    real, real_git = lm_eval.evaluator.add_env_info, lm_eval.evaluator.get_git_commit_hash
 
     def cached(storage: dict) -> None:
         if not _ENV_INFO:
@@ -107,11 +123,11 @@ def _simple_evaluate(**kwargs) -> dict[str, Any]:
             _ENV_INFO.update({k: v for k, v in storage.items() if k not in before})
         storage.update(_ENV_INFO)
 
-    lm_eval.evaluator.add_env_info = cached
+    lm_eval.evaluator.add_env_info, lm_eval.evaluator.get_git_commit_hash = cached, quiet_git_hash
     try:
         return simple_evaluate(**kwargs)
     finally:
-        lm_eval.evaluator.add_env_info = real
+        lm_eval.evaluator.add_env_info, lm_eval.evaluator.get_git_commit_hash = real, real_git
 
 
 def task_manager(names: list[str], metadata: dict[str, Any], include_path: str | os.PathLike | None = None):
