@@ -81,9 +81,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "data": {"core"},
     "hub": {"core"},
     "evaluation": {"core"},
-    "training": {"core", "data", "hub"},  # checkpoints and exports write model cards (depthbench.cards)
+    "training": {"core", "data"},
     "bench": {"core", "training", "data"},  # the trainer's compiled path; the GPU check's FSDP2 run prepares a corpus
-    "analysis": {"core", "data", "bench"},  # the efficiency metric times blocks with the benchmark's clock
+    # pruning scores lm-eval tasks through evaluation's harness; a released model's published layer figures come from
+    # the catalogue (depthbench.hub.catalogue)
+    "analysis": {"core", "data", "evaluation", "hub"},
     "sweeps": {"core", "data", "training", "evaluation", "analysis", "hub"},  # released eval: catalogue, conversion
     "upcycle": {"core", "hub"},  # the checkpoint's card and atomic write, the built-in text sample
     "cli": {"core"},
