@@ -171,10 +171,11 @@ class Run:
         cfg, acc = self.cfg, self.accelerator
         self.checkpoints = Checkpointer(os.path.join(cfg.output_dir, runs.CHECKPOINTS), acc, cfg.checkpoint.keep_last,
                                         cfg.checkpoint.hash_files,
-                                        ModelState(acc, self.model, self.optimizer, sharded=self.fsdp is not None))
+                                        ModelState(acc, self.model, self.optimizer, sharded=self.fsdp is not None),
+                                        arch=self.arch_id)
         self.state = TrainerState()
         if self.resume_from:
-            self.state = self.checkpoints.load(self.resume_from)
+            self.state = self.checkpoints.load(self.resume_from, log=_say if self.main else None)
             # the restored micro-step counter belongs to the saved accumulation; a checkpoint is always taken at an
             # optimizer-step boundary, so counting from 0 is right for any micro-batch size / world size
             acc.step = 0
