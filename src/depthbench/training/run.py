@@ -222,12 +222,22 @@ class Run:
                 "grad_accum_steps": self.accum, "max_steps": self.max_steps, "warmup_steps": self.warmup,
                 "parallelism": "ddp" if self.fsdp is None else "fsdp2",
                 "tokens_per_step": self.tokens_per_step, "mixed_precision": self.accelerator.mixed_precision,
-                "distributed_type": str(self.accelerator.distributed_type), "num_parameters": self.num_parameters,
+                "distributed_type": self.distributed_type(), "num_parameters": self.num_parameters,
                 "parameter_counts": self.model_config.parameter_counts(),
                 "model_config": self.model_config.to_dict(),
                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
             },
         }
+
+    def distributed_type(self) -> str:
+        """How the run is distributed, in accelerate's names: ``FSDP`` for the trainer's own FSDP2 (accelerate
+        itself sees a plain multi-process run, ``MULTI_CPU`` / ``MULTI_GPU``, because it does not shard the model:
+        :mod:`depthbench.training.sharding`), else accelerate's ``distributed_type``."""
+        from accelerate.utils import DistributedType
+
+        if self.fsdp is not None:
+            return DistributedType.FSDP.value
+        return str(self.accelerator.distributed_type.value)
 
     # ------------------------------------------------------------------------------------------------ step
     def forward_context(self):
