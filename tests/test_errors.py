@@ -45,3 +45,32 @@ def test_run_command_prints_one_line_and_keeps_bugs_as_tracebacks(capsys, monkey
     monkeypatch.setenv("DEPTHBENCH_TRACEBACK", "1")
     with pytest.raises(SweepError):
         run_command("sweep", bad_input, None)
+
+
+def test_under_a_launcher_bad_input_is_printed_by_rank_0_alone(capsys, monkeypatch):
+    """torchrun / accelerate launch set RANK and WORLD_SIZE: the other ranks find the same bad input and stay
+    silent (before, one copy per rank, sometimes merged on one line); their failures are printed with the rank."""
+    from depthbench import errors
+    from depthbench.training.errors import OtherRankBadInput
+
+    monkeypatch.delenv("DEPTHBENCH_TRACEBACK", raising=False)
+    monkeypatch.setattr(errors, "RANK_EXIT_DELAY_S", 0.0)
+
+    def raising(exc):
+        def func(args):
+            raise exc
+        return func
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank, exc, code, err in [
+        ("0", ValueError("data.seq_len=0 is not allowed"), EXIT_USAGE,
+         "depthbench train: error: data.seq_len=0 is not allowed\n"),
+        ("1", ValueError("data.seq_len=0 is not allowed"), EXIT_USAGE, ""),
+        ("1", CheckpointError("corrupt"), EXIT_USAGE, ""),
+        ("0", OtherRankBadInput("rank 1: data folder x does not exist"), EXIT_USAGE,  # found by rank 1 alone
+         "depthbench train: error: rank 1: data folder x does not exist\n"),
+        ("1", NonFiniteLossError("nan"), EXIT_FAILED, "depthbench train (rank 1): error: nan\n"),
+    ]:
+        monkeypatch.setenv("RANK", rank)
+        assert run_command("train", raising(exc), None) == code
+        assert capsys.readouterr().err == err, (rank, exc)

@@ -196,9 +196,17 @@ def _from_dict(cls: type, data: dict[str, Any], where: str) -> Any:
     return cls(**kwargs)
 
 
+YAML_BOOLEAN_SPELLINGS = {"train.mixed_precision": {False: "no"}}
+"""String settings whose allowed values YAML 1.1 reads as booleans (``mixed_precision: no`` and
+``train.mixed_precision=no`` arrive as ``False``): the string they spell."""
+
+
 def _coerce(value: Any, hint: Any, name: str) -> Any:
     """Check ``value`` against the field's type hint; numbers given as strings (YAML reads ``3e-3`` as a string)
-    are converted; non-finite numbers are refused. Raises :class:`RunConfigError` naming the key on a mismatch."""
+    are converted, booleans YAML made of a string value back into it (:data:`YAML_BOOLEAN_SPELLINGS`); non-finite
+    numbers are refused. Raises :class:`RunConfigError` naming the key on a mismatch."""
+    if isinstance(value, bool) and value in YAML_BOOLEAN_SPELLINGS.get(name, {}):
+        value = YAML_BOOLEAN_SPELLINGS[name][value]
     value = _coerce_type(value, hint, name)
     _check_finite(value, name)
     return value

@@ -70,10 +70,14 @@ def format_budget(total_params: int) -> str:
     return f"{rounded:g}"
 
 
-def default_repo_name(arch_id: str, total_params: int, depth: int, lr: float | None, org: str = ORG) -> str:
-    """``<org>/<arch>-lr<lr>-llama-<budget>-L<depth>-pretrain`` for a depthbench run."""
+def default_repo_name(arch_id: str, total_params: int, depth: int, lr: float | None, org: str = ORG,
+                      seed: int | None = None) -> str:
+    """``<org>/<arch>-lr<lr>-llama-<budget>-L<depth>-pretrain`` for a depthbench run; with ``seed`` (a sweep with
+    several seeds per point, so that each seed has a repository of its own) ``...-pretrain-s<seed>``."""
     lr_part = f"-lr{format_lr(lr)}" if lr is not None else ""
-    return f"{org}/{repo_arch_name(arch_id)}{lr_part}-llama-{format_budget(total_params)}-L{depth}-pretrain"
+    seed_part = f"-s{seed}" if seed is not None else ""
+    return (f"{org}/{repo_arch_name(arch_id)}{lr_part}-llama-{format_budget(total_params)}-L{depth}-pretrain"
+            f"{seed_part}")
 
 
 def converted_repo_name(source_repo: str, org: str | None = None) -> str:

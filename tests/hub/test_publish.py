@@ -522,3 +522,55 @@ def test_publish_lm_eval_json_of_a_subset_says_so(tiny_run, hub):
     assert (acc.dataset_args["documents"], acc.dataset_args["documents_in_task"]) == (2, 100)
     line = next(t for t in card.text.splitlines() if t.startswith("| depthbench_synthetic | acc |"))
     assert "**subset**: 2 of 100 documents" in line
+
+
+# ================================================================================================ seeds
+def seed_copy(tiny_run: Path, dest: Path, seed: int) -> Path:
+    """A copy of ``tiny_run`` that records ``train.seed = seed`` (as a sweep's run of that seed does)."""
+    import shutil
+
+    shutil.copytree(tiny_run, dest, symlinks=True)
+    record = json.loads((dest / "run_config.json").read_text())
+    record["config"]["train"]["seed"] = seed
+    (dest / "run_config.json").write_text(json.dumps(record))
+    return dest
+
+
+def test_a_sweep_with_several_seeds_publishes_each_seed_to_its_own_repository(tiny_run, hub, tmp_path):
+    """The demo's 27 runs are 9 points x 3 seeds: each seed gets ``...-pretrain-s<seed>`` (before: 9 names, each
+    three times, and a real publish left one seed's weights)."""
+    sweep = tmp_path / "sweep"
+    (sweep / "runs").mkdir(parents=True)
+    (sweep / "sweep.json").write_text(json.dumps({"spec": {"archs": ["hc"], "seeds": [0, 1, 2]}}))
+    for seed in (0, 1, 2):
+        seed_copy(tiny_run, sweep / "runs" / f"hc__tiny-L2__lr0.003__s{seed}", seed)
+    dry = pub.publish(str(sweep), dry_run=True, api=api_for(hub, "hf_write_token"), out=io.StringIO())
+    assert len(set(dry["repos"])) == 3
+    assert [r.rsplit("-", 1)[1] for r in dry["repos"]] == ["s0", "s1", "s2"]
+    assert all(r.split("/")[1].endswith(f"-pretrain-s{s}") for r, s in zip(dry["repos"], (0, 1, 2)))
+    result = pub.publish(str(sweep), api=api_for(hub, "hf_write_token"), out=io.StringIO())
+    assert result["repos"] == dry["repos"]
+    for repo, seed in zip(result["repos"], (0, 1, 2)):
+        card = hub.files(repo)["README.md"].decode()
+        assert f"| seed | {seed} |" in card and repo in card  # each repository holds its own seed's run
+    assert sorted(i["id"] for i in hub.collections[result["collection"]]["items"]) == sorted(result["repos"])
+    # one run of a single-seed sweep (and a run published alone) keeps the study's name, without a seed
+    assert not pub.publish(str(tiny_run), dry_run=True, api=api_for(hub, "hf_write_token"),
+                           out=io.StringIO())["repos"][0].endswith("-s42")
+
+
+def test_two_runs_mapping_to_one_repository_and_branch_are_refused_naming_both(tiny_run, hub, tmp_path):
+    sweep = tmp_path / "sweep"
+    (sweep / "runs").mkdir(parents=True)
+    (sweep / "sweep.json").write_text(json.dumps({"spec": {"archs": ["hc"]}}))
+    for name in ("hc__tiny-L2__lr0.003__s0", "hc__tiny-L2__lr0.003__s1"):  # the same run (seed 42) twice
+        os.symlink(tiny_run, sweep / "runs" / name)
+    for dry_run in (True, False):
+        for revisions in (False, True):
+            with pytest.raises(pub.PublishError) as err:
+                pub.publish(str(sweep), dry_run=dry_run, revisions=revisions,
+                            api=api_for(hub, "hf_write_token"), out=io.StringIO())
+            message = str(err.value)
+            assert "hc__tiny-L2__lr0.003__s0 and " in message and "hc__tiny-L2__lr0.003__s1 would both" in message
+            assert "(branch main)" in message and "nothing was uploaded" in message
+    assert posts(hub) == [] and hub.repos == {}

@@ -162,6 +162,24 @@ def test_launch_config_is_read_and_refused_settings_are_named():
         load_run_config({}, ["train.parallelism=zero3"])
 
 
+def test_mixed_precision_no_is_accepted_as_yaml_reads_it(tmp_path):
+    """YAML 1.1 reads ``no`` as false (``train.mixed_precision=no``, ``mixed_precision: no``): it is the string
+    "no" that the FSDP2 error message asks for, in every spelling."""
+    from depthbench.training.sharding import Fsdp2, Fsdp2Settings
+
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text("train:\n  mixed_precision: no\n")
+    for cfg in (load_run_config({}, ["train.mixed_precision=no"]), load_run_config(str(run_file)),
+                load_run_config({"train": {"mixed_precision": False}}),
+                load_run_config({}, ["train.mixed_precision='no'"])):
+        assert cfg.train.mixed_precision == "no"
+    assert Fsdp2(Fsdp2Settings(), torch.device("cpu"), "no").mixed_precision == "no"
+    with pytest.raises(RunConfigError, match="use bf16 .* or no"):
+        Fsdp2(Fsdp2Settings(), torch.device("cpu"), "fp16")
+    with pytest.raises(RunConfigError, match="train.mixed_precision=True"):  # `yes` is not an allowed value
+        load_run_config({}, ["train.mixed_precision=yes"])
+
+
 def test_fsdp2_in_one_process_equals_the_plain_run(tmp_path):
     """FSDP2 at world size 1 (``train.parallelism=fsdp2`` in a plain process: the trainer makes a 1-rank process
     group itself; the GPU check's FSDP2 case) equals the plain run, and its sharded checkpoint resumes (both
@@ -182,6 +200,8 @@ def test_fsdp2_in_one_process_equals_the_plain_run(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = tmp_path / "sharded"
     assert resolved(out)["parallelism"] == "fsdp2" and resolved(out)["world_size"] == 1
+    assert resolved(out)["distributed_type"] == "FSDP"  # accelerate itself sees one plain process (NO)
+    assert resolved(tmp_path / "plain")["distributed_type"] == "NO"
     assert (out / "checkpoints" / "ckpt-000003" / "state" / "dcp" / ".metadata").is_file()
     assert_losses_close(tmp_path / "plain", out, steps=6)
 
@@ -440,3 +460,36 @@ def test_kill_9_of_one_rank_during_a_sharded_save_keeps_latest(data_dir, tmp_pat
     reference = tmp_path / "reference"
     train(load_run_config(run_dict(data_dir, reference, "hc", train={"max_steps": 6, "layer_stats_every": 0})))
     assert_losses_close(reference, out, steps=6)
+
+
+@pytest.mark.slow
+def test_launched_runs_say_bad_input_once_and_refuse_another_architecture_s_sharded_checkpoint(data_dir, tmp_path):
+    """Under ``accelerate launch`` (FSDP2, 2 processes) an HC sharded checkpoint copied into a Pre-LN run as
+    ``latest`` is refused (before: exit code 0, trained on the HC tensors the Pre-LN model asked for); under
+    ``torchrun`` and ``accelerate launch`` a bad-input error is printed once (before: once per rank). The launcher
+    exits 1 for any failed worker and reports the worker's exit code, 2 (docs/reliability.md, "Exit codes")."""
+    import shutil
+
+    first = write_runs(tmp_path / "first", [
+        run_dict(data_dir, tmp_path / arch, arch, train={"max_steps": 4, "stop_at_step": 2, "layer_stats_every": 0},
+                 checkpoint={"every": 2}) for arch in ("pre_ln", "hc")])
+    accelerate_fsdp2("-m", "tests.training.fsdp_runs", *first)
+    ckpts = tmp_path / "pre_ln" / "checkpoints"
+    shutil.rmtree(ckpts / "ckpt-000002")
+    shutil.copytree(tmp_path / "hc" / "checkpoints" / "ckpt-000002", ckpts / "ckpt-000002")
+    before = (tmp_path / "pre_ln" / "metrics.jsonl").read_text()
+    proc = accelerate_fsdp2("-m", "depthbench.training", "-c", first[0], "train.stop_at_step=null", "--resume",
+                            check=False)
+    errors = [line for line in proc.stderr.splitlines() if "depthbench train" in line and "error:" in line]
+    assert len(errors) == 1, proc.stderr[-6000:]
+    assert "written by a hc model, and this run trains pre_ln: refusing" in errors[0]
+    assert errors[0].startswith("depthbench train: error: checkpoint ")  # a line of its own
+    assert proc.returncode == 1 and "exitcode  : 2" in proc.stderr  # the launcher's code, the worker's code
+    assert (tmp_path / "pre_ln" / "metrics.jsonl").read_text() == before
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "depthbench.training", "-c", first[0], "train.mixed_precision=fp8"]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env={**_env(), "ACCELERATE_USE_CPU": "1"}, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.stderr.count("error: train.mixed_precision='fp8' is not allowed") == 1, proc.stderr[-6000:]
+    assert proc.returncode == 1 and "exitcode  : 2" in proc.stderr

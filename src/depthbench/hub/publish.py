@@ -20,7 +20,10 @@
 * **Sweeps.** ``SWEEP_DIR`` (a folder with ``sweep.json``) publishes every finished run and gathers them in a Hub
   collection titled after the sweep; the sweep's ``report.md`` (as the README), every figure it links,
   ``report.html`` and the results CSVs go to a README-only model repository ``<org>/<sweep>-sweep-report`` (a
-  collection description is limited to a line), which the collection lists first.
+  collection description is limited to a line), which the collection lists first. With several seeds
+  (:func:`sweep_seeds`) each run's name ends in ``-s<seed>``: one repository per seed.
+* **One place per run.** A plan in which two runs map to the same repository and branch is refused before
+  anything is read or written, naming both (:func:`check_one_place_each`).
 * **Authentication** is huggingface_hub's own (``HF_TOKEN``, ``hf auth login``). A missing, invalid or read-only
   token, a namespace the token cannot write to, or a repository name the Hub would reject (checked locally with
   huggingface_hub's validator, in dry runs too) is an error before anything is uploaded.
@@ -82,8 +85,19 @@ def run_exports(run_dir: str, revisions: bool) -> list[tuple[str, str]]:
     return out
 
 
-def default_repo_for(source_dir: str, run_dir: str | None, org: str) -> str:
-    """The organisation's name for a run (from its config, parameter count, depth and LR) or a converted model."""
+def run_seed(run_dir: str) -> int | None:
+    """The seed a run trained with (its ``run_config.json``'s ``train.seed``; else its sweep folder name's)."""
+    run_config = atomic.read_json(os.path.join(run_dir, runs.RUN_CONFIG)) or {}
+    seed = run_config.get("config", {}).get("train", {}).get("seed")
+    if seed is None:
+        run_id = runs.RunId.parse(os.path.basename(os.path.normpath(run_dir)))
+        seed = run_id.seed if run_id else None
+    return seed
+
+
+def default_repo_for(source_dir: str, run_dir: str | None, org: str, with_seed: bool = False) -> str:
+    """The organisation's name for a run (from its config, parameter count, depth and LR; with ``with_seed`` also
+    its seed, :func:`run_seed`) or a converted model."""
     from depthbench.repo_names import converted_repo_name, default_repo_name
 
     record = atomic.read_json(os.path.join(source_dir, CONVERSION_RECORD))
@@ -98,7 +112,8 @@ def default_repo_for(source_dir: str, run_dir: str | None, org: str) -> str:
     run_config = atomic.read_json(os.path.join(run_dir, runs.RUN_CONFIG)) if run_dir else None
     if run_config:
         lr = run_config.get("config", {}).get("optim", {}).get("lr")
-    return default_repo_name(arch.id, shape["counts"]["total"], shape["L"], lr, org=org)
+    seed = run_seed(run_dir) if with_seed and run_dir else None
+    return default_repo_name(arch.id, shape["counts"]["total"], shape["L"], lr, org=org, seed=seed)
 
 
 def local_files(export_dir: str, card: dict[str, bytes]) -> list[FilePlan]:
@@ -290,6 +305,33 @@ def publish_targets(path: str, repo: str | None, revisions: bool) -> list[tuple[
                        "nor an HF model folder (config.json)")
 
 
+def sweep_seeds(sweep_dir: str, targets: list[tuple[str, str | None]]) -> set[int]:
+    """The seeds of a sweep: its definition's and those its published runs trained with. With more than one,
+    every run's repository name carries its seed (``...-pretrain-s<seed>``), also when only one seed finished
+    so far, so that a name does not change as the other seeds finish."""
+    seeds = {int(s) for s in runs.sweep_definition(sweep_dir).get("seeds") or []}
+    return seeds | {seed for _, run_dir in targets if run_dir and (seed := run_seed(run_dir)) is not None}
+
+
+def check_one_place_each(targets: list[tuple[str, str | None]], repo_ids: list[str], revisions: bool,
+                         report_repo: str | None = None) -> None:
+    """A :class:`PublishError` before anything is read or written when two runs (or a run and the sweep's report)
+    would be published to the same place (repository + branch): the second would replace the first's files."""
+    places: dict[tuple[str, str], str] = {}
+    if report_repo:
+        places[(report_repo, "main")] = "the sweep's report"
+    for (source_dir, run_dir), repo_id in zip(targets, repo_ids):
+        who = run_dir or source_dir
+        branches = [b for b, _ in run_exports(run_dir, revisions)] if run_dir else ["main"]
+        for branch in branches:
+            other = places.setdefault((repo_id, branch), who)
+            if other != who:
+                raise PublishError(f"{other} and {who} would both be published to {repo_id} (branch {branch}): "
+                                   "one would replace the other's files. Give each run its own name (runs that "
+                                   "differ only in a setting the name does not carry, e.g. copies of one run with "
+                                   "the same seed, cannot share a sweep's publish); nothing was uploaded")
+
+
 def check_namespaces(repo_ids: list[str], user: str, writable: set[str] | None) -> None:
     """A :class:`PublishError` before anything is written when a repository's namespace is neither the user's
     nor one of its organisations' (the Hub would answer 403)."""
@@ -333,10 +375,14 @@ def publish(path: str, repo: str | None = None, private: bool = False, revisions
     lm_eval = atomic.read_json(lm_eval_json) if lm_eval_json else None
     user, writable = check_auth(api) if not dry_run else ("", None)
     namespace = org or (None if repo else default_namespace(api, user))
-    repo_ids = [repo or default_repo_for(source_dir, run_dir, namespace) for source_dir, run_dir in targets]
+    sweep = runs.is_sweep(path)
+    with_seed = sweep and len(sweep_seeds(path, targets)) > 1
+    repo_ids = [repo or default_repo_for(source_dir, run_dir, namespace, with_seed)
+                for source_dir, run_dir in targets]
     for repo_id in repo_ids:
         check_repo_id(repo_id, "the repository name")
-    sweep = runs.is_sweep(path)
+    report_repo = f"{namespace}/{os.path.basename(os.path.abspath(path))}-sweep-report" if sweep else None
+    check_one_place_each(targets, repo_ids, revisions, report_repo)
     if not dry_run:
         check_namespaces(repo_ids, user, writable)  # a sweep's report and collection share its runs' namespace
     plans = [plan_repo(api, source_dir, run_dir, repo_id, revisions, lm_eval)

@@ -4,6 +4,13 @@ described in :mod:`depthbench.runs`; the names inside a checkpoint are the const
 Owned here: :class:`TrainerState` (what ``trainer_state.json`` stores), :class:`Checkpointer` (atomic save,
 verified load, pruning, HF export), :func:`find_resume_checkpoint` (``latest`` or the newest complete one) and
 :func:`latest_trainer_state` (the newest checkpoint's state of a run folder, read without loading anything).
+
+Whose checkpoint it is: ``trainer_state.json`` records the model that wrote it (``"model": {"arch", "keys"}``: the
+registry id and every tensor's name and shape), in both formats of ``state/``; :func:`check_model` refuses to
+load a checkpoint of another architecture or another key set into a run, naming both architectures and the first
+differing keys, before any tensor is read (the sharded loader would otherwise fill only the keys the model asks
+for, silently). A checkpoint written before that record (no ``"model"``) has its key set read from its files'
+headers and compared the same way; its architecture cannot be checked, which is said once.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from depthbench.training.errors import CheckpointError, CheckpointWriteError
 TRAINER_STATE = "trainer_state.json"
 LATEST = "latest"
 STATE = "state"
+MODEL_RECORD = "model"
+"""The key of ``trainer_state.json`` that names the model which wrote the checkpoint: ``{"arch", "keys"}``."""
 
 
 @dataclass
@@ -114,6 +123,56 @@ def latest_trainer_state(run_dir: str) -> dict[str, Any] | None:
         return None
 
 
+def _key_differences(ours: dict[str, list[int]], theirs: dict[str, list[int]], limit: int = 3) -> str:
+    """The first differing keys of two ``{name: shape}`` sets, in words (empty when they are equal)."""
+    missing = [k for k in ours if k not in theirs]
+    extra = [k for k in theirs if k not in ours]
+    reshaped = [k for k in ours if k in theirs and list(ours[k]) != list(theirs[k])]
+    parts = []
+    for what, names in (("missing from the checkpoint", missing), ("only in the checkpoint", extra)):
+        if names:
+            more = f" and {len(names) - limit} more" if len(names) > limit else ""
+            parts.append(f"{len(names)} {what}: {', '.join(names[:limit])}{more}")
+    if reshaped:
+        more = f" and {len(reshaped) - limit} more" if len(reshaped) > limit else ""
+        parts.append(f"{len(reshaped)} of another shape: " + ", ".join(
+            f"{k} {list(theirs[k])} (this run {list(ours[k])})" for k in reshaped[:limit]) + more)
+    return "; ".join(parts)
+
+
+def check_model(path: str, record: dict[str, Any], arch: str | None, keys: dict[str, list[int]],
+                log=None) -> None:
+    """Refuse checkpoint ``path`` (its ``trainer_state.json`` ``record``) unless it was written by a model of
+    architecture ``arch`` with exactly the tensors ``keys`` (``{name: shape}``).
+
+    A checkpoint without the record (written before depthbench kept it) is checked by the key set its files
+    hold (:func:`depthbench.training.model_state.saved_keys`); that its architecture is unknown is said through
+    ``log``.
+
+    Raises:
+        CheckpointError: Another architecture or another key set, naming both architectures and the first
+            differing keys (exit code 2).
+    """
+    from depthbench.training.model_state import saved_keys
+
+    recorded = record.get(MODEL_RECORD)
+    if isinstance(recorded, dict):
+        their_arch, theirs = recorded.get("arch"), recorded.get("keys")
+    else:
+        their_arch, theirs = None, saved_keys(os.path.join(path, STATE))
+        if log:
+            log(f"checkpoint {path} does not record the model that wrote it (written before depthbench recorded "
+                "it): its tensors' names and shapes were checked against this run's model, its architecture "
+                "cannot be")
+    differences = _key_differences(keys, theirs) if isinstance(theirs, dict) else ""
+    if (their_arch and arch and their_arch != arch) or differences:
+        written = f"a {their_arch} model" if their_arch else "a model of unrecorded architecture"
+        raise CheckpointError(
+            f"checkpoint {path} was written by {written}, and this run trains {arch}: refusing to load another "
+            f"model's state ({differences or 'the same tensor names and shapes, another architecture'}). Resume "
+            "from a checkpoint of this run, or pass --overwrite to start over")
+
+
 def _is_write_failure(exc: BaseException) -> bool:
     """An OS-level write failure (disk full, quota, read-only, permissions), also when a library (safetensors)
     reports it in its own exception type."""
@@ -155,9 +214,22 @@ class Checkpointer:
     without one, accelerate's ``save_state``/``load_state`` and the model passed to :meth:`save` are used.
     """
 
-    def __init__(self, root: str, accelerator, keep_last: int = 2, hash_files: bool = True, model_state=None):
+    def __init__(self, root: str, accelerator, keep_last: int = 2, hash_files: bool = True, model_state=None,
+                 arch: str | None = None):
         self.root, self.acc, self.keep_last, self.hash_files = root, accelerator, keep_last, hash_files
-        self.model_state = model_state
+        self.model_state, self.arch = model_state, arch
+        self._keys = None
+
+    def model_keys(self) -> dict[str, list[int]] | None:
+        """``{tensor name: shape}`` of the run's model (``None`` without a ``model_state``)."""
+        if self._keys is None and self.model_state is not None:
+            self._keys = self.model_state.keys()
+        return self._keys
+
+    def model_record(self) -> dict[str, Any]:
+        """What ``trainer_state.json`` records about the model (:data:`MODEL_RECORD`)."""
+        keys = self.model_keys()
+        return {MODEL_RECORD: {"arch": self.arch, "keys": keys}} if keys is not None else {}
 
     @staticmethod
     def read_latest(root: str) -> str | None:
@@ -230,7 +302,8 @@ class Checkpointer:
                         entry["sha256"] = sha256_file(path)
                     manifest[os.path.relpath(path, tmp)] = entry
                 atomic.fsync_dir(dirpath)
-            atomic.write_json(os.path.join(tmp, TRAINER_STATE), {**asdict(state), "manifest": manifest})
+            atomic.write_json(os.path.join(tmp, TRAINER_STATE),
+                              {**asdict(state), **self.model_record(), "manifest": manifest})
             if os.path.exists(final):  # re-saving the same step (e.g. stopped right after a resume)
                 shutil.rmtree(final)
             os.replace(tmp, final)
@@ -294,8 +367,9 @@ class Checkpointer:
             os.replace(tmp, path)
         self.acc.wait_for_everyone()
 
-    def load(self, path: str) -> TrainerState:
-        """Verify ``path`` against its manifest and load it into the accelerator; returns the trainer state."""
+    def load(self, path: str, log=None) -> TrainerState:
+        """Verify ``path`` against its manifest and the run's model (:func:`check_model`; ``log`` says what could
+        not be checked) and load it into the accelerator; returns the trainer state."""
         state_file = os.path.join(path, TRAINER_STATE)
         record = read_trainer_state(path)
         for rel, entry in record.pop("manifest", {}).items():
@@ -307,6 +381,9 @@ class Checkpointer:
                                       f"manifest in {state_file} says {entry['bytes']}")
             if "sha256" in entry and sha256_file(file) != entry["sha256"]:
                 raise CheckpointError(f"checkpoint file {file} is corrupt: sha256 differs from {state_file}")
+        keys = self.model_keys()
+        if keys is not None:
+            check_model(path, record, self.arch, keys, log=log)
         try:
             if self.model_state is not None:
                 self.model_state.load(os.path.join(path, STATE))

@@ -19,6 +19,14 @@ class CheckpointError(BadInput, TrainingError):
     """A checkpoint is missing, incomplete or corrupt (the message names the file; exit code 2: bad input)."""
 
 
+class OtherRankError(TrainingError):
+    """Another rank stopped with an error (named in the message, with that rank); this rank stops too."""
+
+
+class OtherRankBadInput(BadInput, OtherRankError):
+    """Another rank found bad input (the message is its error); exit code 2 as there."""
+
+
 class CheckpointWriteError(TrainingError):
     """A checkpoint or export could not be written (disk full, read-only); the message names the last good
     checkpoint and how to resume."""

@@ -96,6 +96,30 @@ def _load_full_into_sharded(state_dir: str, model: nn.Module, optimizer) -> None
     set_optimizer_state_dict(model, optimizer, full, options=options)
 
 
+def state_keys(state_dict: dict) -> dict[str, list[int]]:
+    """``{tensor name: shape}`` of a model state dict (a ``DTensor``'s global shape), wrapper prefixes removed."""
+    return {_strip_wrapper(name): list(tensor.shape) for name, tensor in state_dict.items()}
+
+
+def saved_keys(state_dir: str) -> dict[str, list[int]] | None:
+    """``{tensor name: shape}`` of the model tensors a ``state/`` folder holds, read from the files' headers
+    (``torch.distributed.checkpoint`` metadata / the safetensors header; no tensor is read); ``None`` when neither
+    format is there."""
+    if is_sharded(state_dir):
+        from torch.distributed.checkpoint import FileSystemReader
+
+        metadata = FileSystemReader(os.path.join(state_dir, SHARDED_DIR)).read_metadata().state_dict_metadata
+        return {name[len("model."):]: list(getattr(entry, "size", ()))
+                for name, entry in metadata.items() if name.startswith("model.")}
+    path = os.path.join(state_dir, MODEL_FILE)
+    if not os.path.isfile(path):
+        return None
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt") as f:
+        return {_strip_wrapper(name): list(f.get_slice(name).get_shape()) for name in f.keys()}
+
+
 class ModelState:
     """How one run's model and optimizer go into ``state/`` and come back (``sharded``: the run is FSDP2; the
     model and optimizer are then the sharded ones, else the ones accelerate prepared)."""
@@ -106,6 +130,11 @@ class ModelState:
     def _plain(self) -> tuple[nn.Module, torch.optim.Optimizer]:
         """The model and optimizer under accelerate's wrappers (DDP, ``AcceleratedOptimizer``)."""
         return self.acc.unwrap_model(self.model), getattr(self.optimizer, "optimizer", self.optimizer)
+
+    def keys(self) -> dict[str, list[int]]:
+        """``{tensor name: shape}`` of this run's model: what a checkpoint of it holds (:func:`saved_keys`)."""
+        model = self.model if self.sharded else self._plain()[0]
+        return state_keys(model.state_dict())
 
     def save(self, state_dir: str) -> None:
         """Write the state into ``state_dir`` (collective: every rank calls it)."""

@@ -171,10 +171,11 @@ class Run:
         cfg, acc = self.cfg, self.accelerator
         self.checkpoints = Checkpointer(os.path.join(cfg.output_dir, runs.CHECKPOINTS), acc, cfg.checkpoint.keep_last,
                                         cfg.checkpoint.hash_files,
-                                        ModelState(acc, self.model, self.optimizer, sharded=self.fsdp is not None))
+                                        ModelState(acc, self.model, self.optimizer, sharded=self.fsdp is not None),
+                                        arch=self.arch_id)
         self.state = TrainerState()
         if self.resume_from:
-            self.state = self.checkpoints.load(self.resume_from)
+            self.state = self.checkpoints.load(self.resume_from, log=_say if self.main else None)
             # the restored micro-step counter belongs to the saved accumulation; a checkpoint is always taken at an
             # optimizer-step boundary, so counting from 0 is right for any micro-batch size / world size
             acc.step = 0
@@ -221,12 +222,22 @@ class Run:
                 "grad_accum_steps": self.accum, "max_steps": self.max_steps, "warmup_steps": self.warmup,
                 "parallelism": "ddp" if self.fsdp is None else "fsdp2",
                 "tokens_per_step": self.tokens_per_step, "mixed_precision": self.accelerator.mixed_precision,
-                "distributed_type": str(self.accelerator.distributed_type), "num_parameters": self.num_parameters,
+                "distributed_type": self.distributed_type(), "num_parameters": self.num_parameters,
                 "parameter_counts": self.model_config.parameter_counts(),
                 "model_config": self.model_config.to_dict(),
                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
             },
         }
+
+    def distributed_type(self) -> str:
+        """How the run is distributed, in accelerate's names: ``FSDP`` for the trainer's own FSDP2 (accelerate
+        itself sees a plain multi-process run, ``MULTI_CPU`` / ``MULTI_GPU``, because it does not shard the model:
+        :mod:`depthbench.training.sharding`), else accelerate's ``distributed_type``."""
+        from accelerate.utils import DistributedType
+
+        if self.fsdp is not None:
+            return DistributedType.FSDP.value
+        return str(self.accelerator.distributed_type.value)
 
     # ------------------------------------------------------------------------------------------------ step
     def forward_context(self):

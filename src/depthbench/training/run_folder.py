@@ -23,7 +23,7 @@ from typing import Any
 from depthbench import atomic, lease, runs
 from depthbench.config import RunConfig, RunConfigError
 from depthbench.training.checkpoint import checkpoint_names, find_resume_checkpoint
-from depthbench.training.errors import CheckpointError, TrainingError
+from depthbench.training.errors import CheckpointError, OtherRankBadInput, OtherRankError, TrainingError
 
 #: Keys of the run config that define a run, with the reason a resume may not change them (refused with it).
 IDENTITY_KEYS = {
@@ -166,14 +166,21 @@ def release_output_dir(out: str) -> None:
 
 
 def agree(acc, error: BaseException | None) -> None:
-    """Raise ``error`` on every rank when any rank has one (others get a :class:`TrainingError` pointing at it), so
-    a check done on the main process cannot leave the other ranks waiting in a collective."""
+    """Raise ``error`` on every rank when any rank has one, so that a check done on the main process cannot leave
+    the other ranks waiting in a collective: a rank without an error raises the first failing rank's message with
+    its exit code (:class:`OtherRankBadInput` / :class:`OtherRankError`), which rank 0 then prints
+    (``depthbench.errors.run_command``: one message per launch)."""
     if acc.num_processes > 1:
-        import torch
+        import torch.distributed as dist
 
-        flag = torch.tensor([0.0 if error is None else 1.0], device=acc.device)
-        if float(acc.reduce(flag, reduction="sum").item()) > 0 and error is None:
-            error = TrainingError("another rank stopped with an error (its message is above); stopping too")
+        from depthbench.errors import EXIT_USAGE, exit_code
+
+        everyone: list = [None] * acc.num_processes
+        dist.all_gather_object(everyone, None if error is None else (exit_code(error), str(error)))
+        failed = [(rank, report) for rank, report in enumerate(everyone) if report is not None]
+        if failed and error is None:
+            rank, (code, message) = failed[0]
+            error = (OtherRankBadInput if code == EXIT_USAGE else OtherRankError)(f"rank {rank}: {message}")
     if error is not None:
         raise error
 
