@@ -83,7 +83,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "evaluation": {"core"},
     "training": {"core", "data", "hub"},  # checkpoints and exports write model cards (depthbench.cards)
     "bench": {"core", "training", "data"},  # the trainer's compiled path; the GPU check's FSDP2 run prepares a corpus
-    "analysis": {"core", "data", "bench"},  # the efficiency metric times blocks with the benchmark's clock
+    # the efficiency metric times blocks with the benchmark's clock; a release's analysis sets the study's published
+    # layer figures beside ours (depthbench.hub.catalogue)
+    "analysis": {"core", "data", "bench", "hub"},
     "sweeps": {"core", "data", "training", "evaluation", "analysis", "hub"},  # released eval: catalogue, conversion
     "upcycle": {"core", "hub"},  # the checkpoint's card and atomic write, the built-in text sample
     "cli": {"core"},
