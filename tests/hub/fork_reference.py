@@ -531,15 +531,18 @@ def _mhc_init(d: int, n: int, s: int) -> dict:
 
 
 def train_fork(state: dict, model_cfg: dict, ids: list[int], steps: int, readout: str, lr: float = 1e-2,
-               window: int = 64) -> dict:
-    """``steps`` AdamW steps of the fork's model (its forward above) on windows of ``ids`` under ``readout``;
-    returns the trained state, with the branch aliases of the trained tensors."""
+               window: int = 64, batch_rows: int | None = None, seed: int = 0) -> dict:
+    """``steps`` AdamW steps of the fork's model (its forward above) on windows of ``ids`` under ``readout``
+    (every window per step, or ``batch_rows`` of them drawn at random with ``seed``); returns the trained state,
+    with the branch aliases of the trained tensors."""
     params = {k: v.clone().requires_grad_(True) for k, v in state.items() if ".branch." not in k}
     rows = torch.tensor([ids[i:i + window + 1] for i in range(0, len(ids) - window - 1, window)])
     optim = torch.optim.AdamW(params.values(), lr=lr, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(seed)
     for _ in range(steps):
-        logits = Fork(params, model_cfg).logits(rows[:, :-1], readout=readout)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), rows[:, 1:].reshape(-1))
+        batch = rows if batch_rows is None else rows[torch.randperm(len(rows), generator=gen)[:batch_rows]]
+        logits = Fork(params, model_cfg).logits(batch[:, :-1], readout=readout)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
         optim.zero_grad()
         loss.backward()
         optim.step()

@@ -36,7 +36,7 @@ def analyze_target(target: str, metrics: list[str], out_dir: str, data: str | No
                    options: dict[str, dict[str, Any]] | None = None, skip_done: bool = False, device: str | None = None,
                    trust_remote_code: bool = False, micro_batch_size: int = 4, batched: bool = True,
                    group_batch: int = 8, progress: bool = True, require_any: bool = True,
-                   named: set[str] | None = None,
+                   named: set[str] | None = None, catalogue=None, published: dict | None = None,
                    log=print) -> dict[str, float]:
     """Run ``metrics`` on one model (checkpoint folder, run folder or Hub id) over windows of ``data`` (token-shard
     folder or text file, drawn by the :class:`~depthbench.analysis.sampling.WindowSpec` ``spec``), writing
@@ -47,9 +47,15 @@ def analyze_target(target: str, metrics: list[str], out_dir: str, data: str | No
     (``NotApplicable``: ``depth_mixing`` on a Pre-LN model) is reported and skipped; when none of them applies
     and ``require_any``, that is an error too. Too few windows for a metric (``NeedsMoreData``) is an error for the
     metrics in ``named`` (the ones the user asked for by name; ``None`` = all of ``metrics``) and a skip with the
-    message for the others (those that came with the default list). Returns ``{metric: seconds}``."""
+    message for the others (those that came with the default list).
+
+    A released model of the study (:mod:`.published`) gets the study's published layer figures beside ours in the
+    metric's JSON and ``out_dir/published.json`` (``catalogue`` / ``published``: a
+    :class:`~depthbench.hub.catalogue.Catalogue` and a figures dict in place of the packaged ones). Returns
+    ``{metric: seconds}``."""
     from . import check_metric, run_metric
     from .common import AnalysisContext, NeedsMoreData, NotApplicable
+    from .published import annotate, release_of
 
     todo = [m for m in metrics if not (skip_done and os.path.isfile(os.path.join(out_dir, f"{m}.json")))]
     if not todo:
@@ -64,6 +70,10 @@ def analyze_target(target: str, metrics: list[str], out_dir: str, data: str | No
                              "exists): a token-shard folder (prepare-data output) or a text file")
     model, tokenizer = load_model(target, device=device, trust_remote_code=trust_remote_code)
     windows, tokenizer = _windows(data, spec, tokenizer)
+    release = release_of(target, model, catalogue=catalogue)
+    if release is not None:
+        log(f"{target}: release {release['repo']} of the study"
+            + (f" at its shape {release['shape']}" if release["grid"] else f" ({release['why']})"))
     ctx = AnalysisContext(model, windows, spec, model_id=target, micro_batch_size=micro_batch_size,
                           batched=batched, group_batch=group_batch, progress=progress, tokenizer=tokenizer)
     options = options or {}
@@ -90,6 +100,8 @@ def analyze_target(target: str, metrics: list[str], out_dir: str, data: str | No
             continue
         timings[metric] = result.seconds
         log(f"{metric}: {result.seconds:.1f} s -> {os.path.join(out_dir, metric + '.json')}")
+        if release is not None:
+            annotate(out_dir, metric, release, published, log=log)
     if require_any and not timings:
         raise NotApplicable(f"no metric was computed for {target}: "
                             + "; ".join(f"{m}: {why}" for m, why in skipped.items()))

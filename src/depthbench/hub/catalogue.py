@@ -349,6 +349,49 @@ def published_nll(published: dict[str, Any], arch: str, grid: str | None, depth:
     return {dom: v for dom, table in domains.items() if (v := (table.get(arch) or {}).get(str(depth))) is not None}
 
 
+#: The layer figures of ``published_figures.json`` ``layer_analyses``, by the analysis metric they stand beside.
+LAYER_FIGURES = {"causal": "late_layer_fractions", "permutation": "late_layer_fractions",
+                 "hc_transport": "hc_transport_erank", "efficiency": "prefill_flops"}
+
+
+def published_layer_figure(published: dict[str, Any], metric: str, arch: str, grid: str | None,
+                           depth: int | None) -> dict[str, Any]:
+    """The study's published layer figure that stands beside ``metric`` (``causal``, ``permutation``,
+    ``hc_transport``, ``efficiency``) of ``arch`` at ``grid``-L``depth``.
+
+    Returns ``{"published": value, ...}`` with the figure's ``source``, ``metric``, ``notes`` and what it needs to be
+    comparable (``threshold``, ``seq_len``; ``range`` for the transport rank), or ``{"published": None, "why":
+    ...}`` saying what the study published instead. ``KeyError`` for a metric with no published counterpart."""
+    key = LAYER_FIGURES[metric]
+    spec = (published.get("layer_analyses") or {}).get(key)
+    label = (published.get("labels") or {}).get(arch, arch)
+    shape = f"{grid}-L{depth}" if grid else f"L{depth}"
+    if not spec:
+        return {"published": None, "why": f"the figures file holds no {key.replace('_', ' ')}"}
+    base = {"figure": key, "metric": spec["metric"], "source": spec["source"], "notes": list(spec.get("notes", [])),
+            "approximate": bool(spec.get("approximate"))}
+    if key == "late_layer_fractions":
+        table = spec["metrics"][metric]
+        where = f"{spec['grid']}-L{spec['depth']}"
+        archs = ", ".join((published.get("labels") or {}).get(a, a) for a in table["values"])
+        if (grid, depth) != (spec["grid"], spec["depth"]) or arch not in table["values"]:
+            return {"published": None, "why": f"the study publishes late-layer {metric} fractions for {archs} at "
+                                              f"{where} only, none for {label} at {shape}"}
+        return {**base, "published": table["values"][arch], "threshold": table["threshold"]}
+    if key == "hc_transport_erank":
+        archs = ", ".join((published.get("labels") or {}).get(a, a) for a in spec["ranges"])
+        if grid != spec["grid"] or arch not in spec["ranges"]:
+            return {"published": None, "why": f"the study publishes the transport effective rank of {archs} at "
+                                              f"{spec['grid']} only, none for {label} at {shape}"}
+        low, high = spec["ranges"][arch]
+        return {**base, "published": [low, high], "range": True}
+    value = spec["values"].get(str(depth)) if grid == spec["grid"] else None
+    if value is None:
+        shapes = ", ".join(f"{spec['grid']}-L{d}" for d in spec["values"])
+        return {"published": None, "why": f"the study publishes prefill FLOPs at {shapes} only, none at {shape}"}
+    return {**base, "published": value, "seq_len": spec["seq_len"]}
+
+
 # ================================================================================================ listing
 LIST_COLUMNS = ("repo", "arch", "tier", "shape", "d", "L", "d_over_L", "params_total", "lr", "final_step", "stored")
 #: Which figure of the study (arXiv 2609.32534) each tier's releases reproduce (``released list`` / ``--help``).

@@ -16,14 +16,14 @@ The rule (:func:`choose`): with V the vocabulary size, the better readout is tak
 
 Otherwise the evidence is not clear-cut and the conversion stops, asking for ``--readout sum|sum_norm``
 (``readout=`` in Python). Why these margins: the two readouts differ by the scale of the final state (up to n = 4)
-and, once the streams have diverged, by its direction; under the wrong one a trained model's loss rises by
-tenths of a nat to nats per token (tests/hub/test_readout.py: tiny models of the fork trained for 40 steps, 0.35
-to 3.7 nats; docs/hub.md has the table), whereas an untrained checkpoint (step 0) predicts almost uniformly under
-its better readout, within a small fraction of a nat of ln V, which the first condition refuses (the temperature
-alone may separate the two readouts there: 0.097 nat in that test). 0.1 nat/token over the sample's hundreds of
-tokens is far above the noise of such a mean and below what a trained model shows. Both figures are logged and
-recorded, with the choice, in ``config.json`` (``hc_readout_evidence`` / ``mhc_readout_evidence``) and in the model
-card.
+and, once the streams have diverged, by its direction; under the wrong one a trained model's loss rises by tenths of
+a nat to nats per token (tests/hub/test_readout.py: tiny models of the fork trained for 30 steps on other text than
+the sample, 0.47 to 4.0 nats; docs/hub.md has the table), whereas an untrained checkpoint (step 0) predicts almost
+uniformly under its better readout, within a small fraction of a nat of ln V, which the first condition refuses (the
+temperature alone may separate the two readouts there: 0.11 nat in that test). 0.1 nat/token over the sample's
+hundreds of tokens is far above the noise of such a mean and below what a trained model shows. Both figures are
+logged and recorded, with the choice, in ``config.json`` (``hc_readout_evidence`` / ``mhc_readout_evidence``) and in
+the model card.
 """
 
 from __future__ import annotations
