@@ -60,7 +60,7 @@ def prepare_data(
 
     Inputs:
         * local files, directories or globs: ``.parquet`` (column ``text_field``), ``.jsonl`` (one JSON object
-          per line, field ``text_field``), ``.json`` (a list of objects or strings, a ``{text_field: [...]}``
+          per line, field ``text_field``), ``.json`` (a list of objects or strings, streamed; a ``{text_field: [...]}``
           column dict, or JSON lines), ``.txt`` (**one document per non-empty line**). Globs are expanded
           and sorted; a directory contributes all its supported files (sorted).
         * anything that is not an existing path, glob or path-looking string is taken as a Hugging Face dataset
