@@ -35,7 +35,7 @@ def fast_backend(tokenizer: Any) -> Any | None:
     """A ``tokenizers.Tokenizer`` giving the ids ``tokenizer(texts, add_special_tokens=True)`` gives, for a
     transformers fast tokenizer or a :class:`depthbench.data.tokenizers.DirectTokenizer` (a copy of its backend: the
     wrapper's own backend is reconfigured on every call); ``None`` for any other tokenizer."""
-    from depthbench.data.tokenizers import DirectTokenizer
+    from depthbench.data.tokenizers import DirectTokenizer, call_backend
 
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if not isinstance(tokenizer, DirectTokenizer):
@@ -44,13 +44,7 @@ def fast_backend(tokenizer: Any) -> Any | None:
             return None
         if not isinstance(tokenizer, transformers.PreTrainedTokenizerBase):
             return None
-    from tokenizers import Tokenizer
-
-    copy = Tokenizer.from_str(backend.to_str())
-    copy.no_truncation()
-    copy.no_padding()
-    copy.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
-    return copy
+    return call_backend(backend, getattr(tokenizer, "split_special_tokens", False))
 
 
 class Encoder:

@@ -229,6 +229,19 @@ def _check_key(files: dict[str, bytes], model_max_length: int | None) -> str:
     return h.hexdigest()
 
 
+def call_backend(backend: Any, split_special_tokens: bool) -> Any:
+    """A copy of a ``tokenizers.Tokenizer`` configured as a transformers fast tokenizer's
+    ``tokenizer(texts, add_special_tokens=True)`` configures its backend: no truncation, no padding, special tokens
+    split only with ``split_special_tokens`` (the wrapper's own backend is reconfigured on every call)."""
+    from tokenizers import Tokenizer
+
+    copy = Tokenizer.from_str(backend.to_str())
+    copy.no_truncation()
+    copy.no_padding()
+    copy.encode_special_tokens = bool(split_special_tokens)
+    return copy
+
+
 class DirectTokenizer:
     """A transformers tokenizer's stand-in for ``prepare_data``, loaded from ``tokenizer.json`` with ``tokenizers``
     alone: the recorded class name, ``len``, special-token ids and saved files of the transformers tokenizer of the
@@ -252,9 +265,7 @@ class DirectTokenizer:
         return self.record["len"]
 
     def __call__(self, texts: list[str], add_special_tokens: bool = True) -> dict:
-        from depthbench.data.encode import fast_backend
-
-        backend = fast_backend(self)
+        backend = call_backend(self.backend_tokenizer, self.split_special_tokens)
         return {"input_ids": [e.ids for e in backend.encode_batch(texts, add_special_tokens=add_special_tokens)]}
 
     def save(self, directory: str) -> None:
@@ -298,11 +309,9 @@ def record_direct(tokenizer: Any, source: Any, saved_dir: str, model_max_length:
     :data:`DIRECT_CLASSES`, a ``tokenizers`` backend loaded from ``tokenizer.json`` serializes exactly as its own
     backend, and every saved file is a copy of a source file or small. Returns whether it was recorded; a cache that
     cannot be written is not an error."""
-    from depthbench.data.encode import fast_backend
-
     if not isinstance(source, (str, os.PathLike)) or not os.path.isdir(str(source)):
         return False
-    if type(tokenizer).__name__ not in DIRECT_CLASSES or fast_backend(tokenizer) is None:
+    if type(tokenizer).__name__ not in DIRECT_CLASSES or getattr(tokenizer, "backend_tokenizer", None) is None:
         return False
     files = _folder_files(str(source))
     if files is None:
