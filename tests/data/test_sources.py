@@ -89,3 +89,92 @@ def test_hub_dataset_id_fails_clearly_offline(tmp_path, tok, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ValueError, match="HF_HUB_OFFLINE"):
         prepare_data(["someorg/some-dataset"], tok, str(tmp_path / "o"), progress=False)
+
+
+# ------------------------------------------------------------------------------------- streamed .json (issue 37)
+_JSON_FILES = {
+    "list": json.dumps([{"text": "a\u00e9\U0001f600 \\u0041", "x": [1, 2.5e3, None]}, "plain", {"text": "b" * 300}]),
+    "pretty": json.dumps([{"text": f"doc {i} \u65e5\u672c"} for i in range(40)], indent=2, ensure_ascii=False),
+    "empty_list": " [ ] ",
+    "column_dict": json.dumps({"text": ["x", "y"], "id": [1, 2]}),
+    "data_dict": json.dumps({"data": [{"text": "z"}]}),
+    "one_record": json.dumps({"text": "only one"}),
+    "json_lines": "\n".join(json.dumps({"text": f"line {i} \u00fc"}) for i in range(30)) + "\n\n",
+}
+
+
+def _stdlib_records(text: str) -> list:
+    """What the standard library's whole-file ``json.loads`` makes of the file (the independent reading)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if isinstance(data, dict):
+        data = data["text"] if isinstance(data.get("text"), list) else data.get("data", [data])
+    return [r if isinstance(r, str) else r["text"] for r in data]
+
+
+@pytest.mark.parametrize("window", [1, 7, 64, 1 << 20])
+def test_json_is_streamed_as_json_loads_reads_it(tmp_path, monkeypatch, window):
+    from depthbench.data import sources
+
+    monkeypatch.setattr(sources._JsonStream, "_READ", window)  # every value crosses windows
+    for name, text in _JSON_FILES.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(text, encoding="utf-8")
+        assert list(sources._iter_json(str(path), "text")) == _stdlib_records(text), name
+
+
+def test_json_list_memory_is_bounded_by_the_record_not_the_file(tmp_path, monkeypatch):
+    from depthbench.data import sources
+
+    path = tmp_path / "big.json"
+    records = [{"text": f"document {i} " + "word " * (i % 50)} for i in range(20_000)]  # ~3 MB
+    path.write_text(json.dumps(records), encoding="utf-8")
+    longest = max(len(json.dumps(r)) for r in records)
+    windows = []
+    fill = sources._JsonStream._fill
+
+    def spy(self, at_least):
+        windows.append(len(self.buf) - self.pos)
+        return fill(self, at_least)
+
+    monkeypatch.setattr(sources._JsonStream, "_READ", 4096)
+    monkeypatch.setattr(sources._JsonStream, "_fill", spy)
+    texts = list(sources._iter_json(str(path), "text"))
+    assert texts == [r["text"] for r in records]
+    assert len(windows) > 500 and max(windows) <= 4096 + 2 * longest  # the window never holds the file
+
+
+@pytest.mark.parametrize(("text", "expect"), [
+    ('[{"text": "a"},\n {"text": "b"\n "x": 1}]', ":3: malformed JSON (Expecting ',' delimiter at column 2)"),
+    ('[{"text": "a"},]', ":1: malformed JSON (Expecting value at column 16)"),
+    ('[{"text": "a"}, {"text": "b', ":1: malformed JSON (Unterminated string starting at at column 26)"),
+    ('[{"text": "a"}] [1]', ":1: malformed JSON (Extra data after the top-level list at column 17)"),
+    ('{"text": "a"}\n{"text": "b"}\n{"text" "c"}\n', ":3: malformed JSON line (Expecting ':' delimiter at column 9)"),
+    ("", ":1: malformed JSON (empty file)"),
+    ('"a string"', ": expected a JSON list of records, a column dict or a record, got str"),
+])
+def test_malformed_json_names_file_and_line(tmp_path, monkeypatch, text, expect):
+    from depthbench.data import sources
+
+    path = tmp_path / "bad.json"
+    path.write_text(text, encoding="utf-8")
+    for window in (5, 1 << 20):
+        monkeypatch.setattr(sources._JsonStream, "_READ", window)
+        with pytest.raises(ValueError) as info:
+            list(sources._iter_json(str(path), "text"))
+        assert str(info.value).startswith(f"{path}{expect}"), (window, str(info.value))
+
+
+def test_binary_json_names_the_byte(tmp_path, monkeypatch):
+    from depthbench.data import sources
+
+    path = tmp_path / "bin.json"
+    data = b'[{"text": "ab\xc3\xa9cd"}, {"text": "x\xff"}]'
+    path.write_bytes(data)
+    at = data.index(b"\xff")
+    for window in (3, 1 << 20):
+        monkeypatch.setattr(sources._JsonStream, "_READ", window)
+        with pytest.raises(ValueError, match=rf"bin\.json: not UTF-8 text \(byte 0xff at position {at}\)"):
+            list(sources._iter_json(str(path), "text"))

@@ -33,21 +33,18 @@ _CHECK_TEXTS = 16  # first texts on which the backend's ids are compared with th
 
 def fast_backend(tokenizer: Any) -> Any | None:
     """A ``tokenizers.Tokenizer`` giving the ids ``tokenizer(texts, add_special_tokens=True)`` gives, for a
-    transformers fast tokenizer (a copy of its backend: the wrapper's own backend is reconfigured on every call);
-    ``None`` for any other tokenizer."""
-    transformers = sys.modules.get("transformers")  # a transformers tokenizer implies transformers is loaded
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if transformers is None or backend is None or not getattr(tokenizer, "is_fast", False):
-        return None
-    if not isinstance(tokenizer, transformers.PreTrainedTokenizerBase):
-        return None
-    from tokenizers import Tokenizer
+    transformers fast tokenizer or a :class:`depthbench.data.tokenizers.DirectTokenizer` (a copy of its backend: the
+    wrapper's own backend is reconfigured on every call); ``None`` for any other tokenizer."""
+    from depthbench.data.tokenizers import DirectTokenizer, call_backend
 
-    copy = Tokenizer.from_str(backend.to_str())
-    copy.no_truncation()
-    copy.no_padding()
-    copy.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
-    return copy
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if not isinstance(tokenizer, DirectTokenizer):
+        transformers = sys.modules.get("transformers")  # a transformers tokenizer implies transformers is loaded
+        if transformers is None or backend is None or not getattr(tokenizer, "is_fast", False):
+            return None
+        if not isinstance(tokenizer, transformers.PreTrainedTokenizerBase):
+            return None
+    return call_backend(backend, getattr(tokenizer, "split_special_tokens", False))
 
 
 class Encoder:
@@ -57,6 +54,7 @@ class Encoder:
     def __init__(self, tokenizer: Any):
         self.tokenizer = tokenizer
         self.backend = fast_backend(tokenizer)
+        self.checked = False  # whether :meth:`check` compared the backend with the tokenizer's own call
 
     def __getstate__(self) -> dict:
         return {"tokenizer": self.tokenizer}
@@ -65,12 +63,16 @@ class Encoder:
         self.__init__(state["tokenizer"])
 
     def check(self, texts: list[str]) -> None:
-        """Use the backend only if it gives the tokenizer's own ids on ``texts`` (else call the tokenizer)."""
-        if self.backend is not None and texts:
+        """Use the backend only if it gives the tokenizer's own ids on ``texts`` (else call the tokenizer). A
+        ``DirectTokenizer``'s call is its backend, checked against transformers when it was recorded."""
+        from depthbench.data.tokenizers import DirectTokenizer
+
+        if self.backend is not None and texts and not isinstance(self.tokenizer, DirectTokenizer):
             sample = texts[:_CHECK_TEXTS]
             if self._backend_ids(sample) != [list(x) for x in self.tokenizer(sample, add_special_tokens=True)[
                     "input_ids"]]:
                 self.backend = None
+            self.checked = True
 
     def _backend_ids(self, texts: list[str]) -> list[list[int]]:
         return [e.ids for e in self.backend.encode_batch_fast(texts, add_special_tokens=True)]
@@ -110,8 +112,10 @@ def encode_chunks(chunks: Iterable[tuple[Any, list[str]]], tokenizer: Any, num_w
                   append_eos: bool, dtype: np.dtype, tokenizer_dir: str) -> Iterator[tuple]:
     """``(meta, flat tokens, lengths)`` of each ``(meta, texts)`` chunk, in order: in this thread (``num_workers <=
     1``), in ``num_workers`` threads (up to :data:`THREADS_UP_TO`) or processes (more), at most two chunks per worker
-    in flight (memory is bounded by the workers and the chunk size, not the corpus)."""
-    encoder = Encoder(tokenizer)
+    in flight (memory is bounded by the workers and the chunk size, not the corpus). ``tokenizer`` may be an
+    :class:`Encoder` (its :meth:`Encoder.check` result then stays readable)."""
+    encoder = tokenizer if isinstance(tokenizer, Encoder) else Encoder(tokenizer)
+    tokenizer = encoder.tokenizer
     chunks = iter(chunks)
     first = next(chunks, None)
     if first is None:

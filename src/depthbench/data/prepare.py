@@ -21,9 +21,17 @@ from typing import Any
 import numpy as np
 
 from depthbench import atomic
-from depthbench.data.encode import encode_chunks
+from depthbench.data.encode import Encoder, encode_chunks
 from depthbench.data.sources import Source, iter_source_texts, resolve_sources, source_fingerprint
-from depthbench.data.tokenizers import load_tokenizer, save_tokenizer, tokenizer_fingerprint
+from depthbench.data.tokenizers import (
+    DirectTokenizer,
+    load_direct,
+    load_tokenizer,
+    record_direct,
+    save_tokenizer,
+    tokenizer_class_name,
+    tokenizer_fingerprint,
+)
 from depthbench.data.writer import FORMAT_VERSION, SplitWriter, completed_meta, content_hash, token_dtype
 
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -52,7 +60,7 @@ def prepare_data(
 
     Inputs:
         * local files, directories or globs: ``.parquet`` (column ``text_field``), ``.jsonl`` (one JSON object
-          per line, field ``text_field``), ``.json`` (a list of objects or strings, a ``{text_field: [...]}``
+          per line, field ``text_field``), ``.json`` (a list of objects or strings, streamed; a ``{text_field: [...]}``
           column dict, or JSON lines), ``.txt`` (**one document per non-empty line**). Globs are expanded
           and sorted; a directory contributes all its supported files (sorted).
         * anything that is not an existing path, glob or path-looking string is taken as a Hugging Face dataset
@@ -106,7 +114,7 @@ def prepare_data(
     settings = _Settings(text_field=text_field, eval_fraction=eval_fraction, shard_tokens=shard_tokens,
                          max_documents=max_documents, dataset_config=dataset_config, hf_split=split,
                          append_eos=append_eos)
-    plan = _plan(inputs, tokenizer, settings, _split_files(eval_files, extra_splits))
+    plan = _plan(inputs, tokenizer, settings, _split_files(eval_files, extra_splits), model_max_length)
     os.makedirs(output_dir, exist_ok=True)
     existing = completed_meta(output_dir, plan.fingerprint)
     if existing is not None:
@@ -119,8 +127,9 @@ def prepare_data(
     from tqdm.auto import tqdm
 
     bar = tqdm(desc=f"tokenizing -> {output_dir}", unit="doc", disable=not progress, mininterval=1.0)
+    encoder = Encoder(plan.tokenizer)
     try:
-        total_docs = _tokenize_into(writers, plan, num_workers, tokenizer_dir, bar)
+        total_docs = _tokenize_into(writers, plan, encoder, num_workers, tokenizer_dir, bar)
     finally:
         bar.close()
 
@@ -135,6 +144,8 @@ def prepare_data(
             warnings.warn(f"prepare_data: split {name!r} received no documents", stacklevel=2)
     meta = _meta(plan, splits)
     atomic.write_json(os.path.join(output_dir, "meta.json"), meta, sort_keys=True)
+    if encoder.backend is not None and encoder.checked and not isinstance(plan.tokenizer, DirectTokenizer):
+        record_direct(plan.tokenizer, tokenizer, tokenizer_dir, model_max_length)  # next runs skip transformers
     return meta
 
 
@@ -190,11 +201,13 @@ def _split_files(eval_files: list[str] | str | None, extra_splits: dict[str, lis
     return split_files
 
 
-def _plan(inputs: list[str], tokenizer: Any, settings: _Settings, split_files: dict[str, list[str]]) -> _Plan:
-    """Resolve the sources, load the tokenizer (it must have an EOS), choose the dtype and the splits, and compute
-    the configuration fingerprint."""
+def _plan(inputs: list[str], tokenizer: Any, settings: _Settings, split_files: dict[str, list[str]],
+          model_max_length: int | None = None) -> _Plan:
+    """Resolve the sources, load the tokenizer (it must have an EOS; without transformers where an earlier run's
+    check allows it, ``depthbench.data.tokenizers.load_direct``), choose the dtype and the splits, and compute the
+    configuration fingerprint."""
     sources = resolve_sources(inputs, split_files)
-    tok = load_tokenizer(tokenizer)
+    tok = load_direct(tokenizer, model_max_length) or load_tokenizer(tokenizer)
     eos_id = getattr(tok, "eos_token_id", None)
     if eos_id is None:
         raise ValueError(
@@ -224,7 +237,7 @@ def _meta(plan: _Plan, splits: dict[str, dict]) -> dict:
         "format_version": FORMAT_VERSION,
         "format": "raw little-endian token ids; documents concatenated, each ending in exactly one EOS",
         "tokenizer": getattr(tok, "name_or_path", "") or "<in-memory tokenizer>",
-        "tokenizer_class": type(tok).__name__,
+        "tokenizer_class": tokenizer_class_name(tok),
         "tokenizer_dir": "tokenizer",
         "vocab_size": plan.vocab_size,
         "eos_token_id": plan.eos_id,
@@ -326,13 +339,13 @@ class _Chunks:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _tokenize_into(writers: dict[str, SplitWriter], plan: _Plan, num_workers: int, tokenizer_dir: str,
-                   bar: Any) -> int:
+def _tokenize_into(writers: dict[str, SplitWriter], plan: _Plan, encoder: Encoder, num_workers: int,
+                   tokenizer_dir: str, bar: Any) -> int:
     """Tokenize every document of ``plan`` not yet written (``depthbench.data.encode``) and hand each split's tokens
     to its writer; returns the number of documents read (written before or now)."""
     # Documents of split s with index < resume[s] are already in completed shards (snapshot before writing).
     chunks = _Chunks(_documents(plan), {name: w.resume_doc for name, w in writers.items()}, bar)
-    encoded = encode_chunks(chunks, plan.tokenizer, num_workers, plan.eos_id, plan.settings.append_eos, plan.dtype,
+    encoded = encode_chunks(chunks, encoder, num_workers, plan.eos_id, plan.settings.append_eos, plan.dtype,
                             tokenizer_dir)
     try:
         for (indices, targets), flat, lengths in encoded:

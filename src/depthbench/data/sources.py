@@ -170,23 +170,139 @@ def _iter_jsonl(path: str, text_field: str) -> Iterator[Any]:
 
 
 def _iter_json(path: str, text_field: str) -> Iterator[Any]:
-    # An input file, not one of ours: not atomic.read_json, because it may be JSON lines under a .json name and a
-    # decoding error must name the byte.
+    """The records of a ``.json`` file, streamed (memory bounded by the largest record, not the file): a top-level
+    list of records or strings, several JSON values one after another (JSON lines under a ``.json`` name), or one
+    object, which is a column dict (``{text_field: [...]}`` or ``{"data": [...]}``, read whole) or one record.
+    Errors name the file and line."""
+    # An input file, not one of ours: not atomic.read_json (it may be JSON lines under a .json name, is streamed, and
+    # a decoding error must name the byte).
     with open(path, "rb") as f:
-        raw = _decode_line(f.read(), path, None)
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError:  # JSON lines with a .json extension
-        data = [_json_line(line, path, n) for n, line in enumerate(raw.splitlines(), 1) if line.strip()]
-    if isinstance(data, dict):
-        if isinstance(data.get(text_field), list):
-            data = data[text_field]
-        elif isinstance(data.get("data"), list):
-            data = data["data"]
+        stream = _JsonStream(f, path)
+        first = stream.skip_space()
+        if first == "":
+            raise ValueError(f"{path}:1: malformed JSON (empty file); a .json file must hold a list of records, a "
+                             "column dict or JSON lines")
+        if first == "[":
+            yield from (extract_text(rec, text_field, f"{path}[{i}]") for i, rec in enumerate(stream.list_items()))
+            return
+        value = stream.value(lines=False)
+        if stream.skip_space() == "":  # one value
+            if isinstance(value, dict):
+                if isinstance(value.get(text_field), list):
+                    value = value[text_field]
+                elif isinstance(value.get("data"), list):
+                    value = value["data"]
+                else:
+                    value = [value]
+            if not isinstance(value, list):
+                raise ValueError(f"{path}: expected a JSON list of records, a column dict or a record, got "
+                                 f"{type(value).__name__}")
+            for i, rec in enumerate(value):
+                yield extract_text(rec, text_field, f"{path}[{i}]")
+            return
+        yield extract_text(value, text_field, f"{path}[0]")  # JSON lines: one record per value
+        i = 1
+        while stream.skip_space() != "":
+            yield extract_text(stream.value(lines=True), text_field, f"{path}[{i}]")
+            i += 1
+
+
+class _JsonStream:
+    """JSON values read one at a time from a binary file (``json.JSONDecoder.raw_decode`` over a sliding window of
+    the UTF-8-decoded text, grown while a value does not fit), with the line of every error."""
+
+    _READ = 1 << 20
+    _DECODER = json.JSONDecoder()
+    _SPACE = re.compile(r"[ \t\n\r]*")
+
+    def __init__(self, file: Any, path: str):
+        import codecs
+
+        self.file, self.path = file, path
+        self.utf8 = codecs.getincrementaldecoder("utf-8")()
+        self.buf, self.pos = "", 0
+        self.bytes_read = 0
+        self.lines_before = 0  # newlines in the text already dropped from the window
+        self.column_before = 0  # characters of the window's first line that were dropped
+        self.eof = False
+
+    def _fill(self, at_least: int) -> bool:
+        """Drop the consumed text and read at least ``at_least`` more bytes; False at the end of the file."""
+        if self.eof:
+            return False
+        dropped_nl = self.buf.rfind("\n", 0, self.pos)
+        self.lines_before += self.buf.count("\n", 0, self.pos)
+        self.column_before = self.pos - dropped_nl - 1 if dropped_nl >= 0 else self.column_before + self.pos
+        self.buf, self.pos = self.buf[self.pos:], 0
+        raw = self.file.read(max(self._READ, at_least))
+        pending = len(self.utf8.getstate()[0])
+        try:
+            text = self.utf8.decode(raw, final=not raw)
+        except UnicodeDecodeError as exc:
+            at = self.bytes_read - pending + exc.start
+            raise ValueError(f"{self.path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at position {at}); "
+                             "is it a binary file? Input files must be UTF-8 text (.txt/.jsonl/.json) or "
+                             "parquet") from None
+        self.bytes_read += len(raw)
+        self.buf += text
+        self.eof = not raw
+        return True
+
+    def skip_space(self) -> str:
+        """Skip whitespace; the next character ('' at the end of the file)."""
+        while True:
+            self.pos = self._SPACE.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf) or not self._fill(0):
+                return self.buf[self.pos:self.pos + 1]
+
+    def _where(self, pos: int) -> tuple[int, int]:
+        line = self.lines_before + self.buf.count("\n", 0, pos) + 1
+        nl = self.buf.rfind("\n", 0, pos)
+        return line, (pos - nl if nl >= 0 else self.column_before + pos + 1)
+
+    def value(self, lines: bool) -> Any:
+        """The JSON value starting at the current position (``lines``: it is a record of JSON lines, for the
+        error message)."""
+        while True:
+            try:
+                obj, end = self._DECODER.raw_decode(self.buf, self.pos)
+                if end < len(self.buf) or self.eof:  # a number at the window's end may go on
+                    self.pos = end
+                    return obj
+                error = None
+            except json.JSONDecodeError as exc:
+                error = exc
+                # a value cut by the window's end fails near it (or as an unterminated string): read more and retry
+                if not (exc.pos >= len(self.buf) - 16 or exc.msg.startswith("Unterminated string")):
+                    self._fail(exc.msg, exc.pos, lines)
+            if not self._fill(len(self.buf) - self.pos):
+                self._fail(error.msg if error else "Expecting value", error.pos if error else len(self.buf), lines)
+
+    def list_items(self) -> Iterator[Any]:
+        """The items of the top-level list starting at the current position ('['); nothing may follow it."""
+        self.pos += 1
+        if self.skip_space() == "]":
+            self.pos += 1
         else:
-            data = [data]
-    for i, rec in enumerate(data):
-        yield extract_text(rec, text_field, f"{path}[{i}]")
+            while True:
+                yield self.value(lines=False)
+                c = self.skip_space()
+                self.pos += 1
+                if c == "]":
+                    break
+                if c != ",":
+                    self._fail("Expecting ',' delimiter or ']'", self.pos - 1, False)
+                self.skip_space()
+        if self.skip_space() != "":
+            self._fail("Extra data after the top-level list", self.pos, False)
+
+    def _fail(self, msg: str, pos: int, lines: bool) -> None:
+        line, column = self._where(pos)
+        if lines:
+            raise ValueError(f"{self.path}:{line}: malformed JSON line ({msg} at column {column}); each line of a "
+                             "JSON-lines file must be one JSON object")
+        raise ValueError(f"{self.path}:{line}: malformed JSON ({msg} at column {column}); a .json file must hold a "
+                         "list of records, a column dict or JSON lines")
 
 
 def _iter_txt(path: str, text_field: str) -> Iterator[Any]:
