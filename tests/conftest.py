@@ -14,12 +14,22 @@ skipped unless ``--runcompile`` is given or ``DEPTHBENCH_RUN_COMPILE=1``.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-import torch
+# A private Hugging Face home for the session (set before anything imports huggingface_hub, which reads it once): the
+# tests' conversions, Hub listings and tokenizer checks never touch the user's cache, and none leaks between runs.
+if not os.environ.get("DEPTHBENCH_TEST_KEEP_HF_HOME"):
+    _HF_HOME = tempfile.mkdtemp(prefix="depthbench-tests-hf-home-")
+    os.environ["HF_HOME"] = _HF_HOME
+    atexit.register(shutil.rmtree, _HF_HOME, ignore_errors=True)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 # Tiny models gain nothing from intra-op threads, and on a shared 2-core machine OpenMP spin-waiting against other
 # processes made a 10-token generate() ~50x slower (10 s instead of 0.2 s). One thread, for us and subprocesses.
