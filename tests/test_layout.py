@@ -371,6 +371,37 @@ def test_run_folder_file_names_are_spelled_once():
         assert spelled == {owner}, f"{sorted(names)} spelled outside {owner}: {sorted(spelled - {owner})}"
 
 
+def _json_file_calls(tree: ast.AST) -> list[str]:
+    """``json.dump`` / ``json.load`` (and ``from json import dump, load``) in ``tree``: JSON to or from a file."""
+    found = [f"json.{n.func.attr}" for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Attribute) and n.func.attr in ("dump", "load")
+             and isinstance(n.func.value, ast.Name) and n.func.value.id == "json"]
+    return found + [f"from json import {a.name}" for n in ast.walk(tree)
+                    if isinstance(n, ast.ImportFrom) and n.module == "json" for a in n.names
+                    if a.name in ("dump", "load")]
+
+
+def test_json_files_are_written_and_read_by_atomic():
+    """Every JSON file is written with ``atomic.write_json`` (atomically, NaN as ``null``, numpy and torch values as
+    numbers) and read with ``atomic.read_json`` (a damaged file named in one line): ``json.dump`` and ``json.load``,
+    the file forms, are called in :mod:`depthbench.atomic` only.
+
+    ``json.dumps`` / ``json.loads`` on strings stay where the JSON is not a file of its own: one line of a JSON
+    Lines file (``metrics.jsonl``, ``results.jsonl``, a corpus), a line printed or sent through a pipe, a
+    command-line value, a hash's input. Two files are JSON read or written as text on purpose: a user's run-config
+    file (``depthbench.config``: JSON or YAML, told apart by its name) and the writer lease (``depthbench.lease``:
+    created with ``O_EXCL``, which a rename over it would defeat, and read while another process may be writing
+    it)."""
+    found = {name: calls for name, path in _modules().items()
+             if (calls := _json_file_calls(ast.parse(path.read_text(encoding="utf-8"))))}
+    assert set(found) == {"depthbench.atomic"}, f"JSON files outside depthbench.atomic: {found}"
+
+
+def test_the_json_check_sees_a_file_call():
+    tree = ast.parse("import json\njson.dump(x, f)\ns = json.dumps(x)\nfrom json import load, loads\n")
+    assert _json_file_calls(tree) == ["json.dump", "from json import load"]
+
+
 def _is_command_module(name: str) -> bool:
     return name == "depthbench.cli" or name.rsplit(".", 1)[-1] == "command"
 
