@@ -360,15 +360,62 @@ def test_procfs_is_read_by_one_module():
 
 
 def test_run_folder_file_names_are_spelled_once():
-    """The run folder's file names are :mod:`depthbench.runs` constants, the checkpoint's own names
-    :mod:`depthbench.training.checkpoint` constants: no other module spells them."""
+    """The run and sweep folders' file names are :mod:`depthbench.runs` constants (the layout described once, in its
+    docstring), the checkpoint's own names :mod:`depthbench.training.checkpoint` constants, a figure's name its
+    writer's, the conversion record :mod:`depthbench.hub.convert`'s: no other module spells them."""
     from depthbench import runs
+    from depthbench.analysis import sweep as analysis_sweep
+    from depthbench.evaluation import sweep as evaluation_sweep
+    from depthbench.hub import convert
     from depthbench.training import checkpoint
 
-    for owner, names in (("depthbench.runs", {runs.RUN_CONFIG, runs.SUMMARY, runs.METRICS, runs.FINAL_STAGING}),
-                         ("depthbench.training.checkpoint", {checkpoint.TRAINER_STATE})):
+    owners = {
+        "depthbench.runs": {runs.RUN_CONFIG, runs.SUMMARY, runs.METRICS, runs.FINAL_STAGING, runs.SWEEP_DEFINITION,
+                            runs.REPORT, runs.REPORT_PAGE, runs.RESULTS_CSV, runs.RESULTS_JSONL, runs.RESULTS_PLOT,
+                            runs.EVAL_TABLE, runs.EVAL_RESULTS, runs.BASE_CONFIG, runs.SLURM_SCRIPT, runs.SLURM_RUNS},
+        "depthbench.training.checkpoint": {checkpoint.TRAINER_STATE},
+        "depthbench.evaluation.sweep": {evaluation_sweep.DOMAIN_PLOT, evaluation_sweep.SYNTHETIC_PLOT},
+        "depthbench.analysis.sweep": {analysis_sweep.LATE_FIGURE, analysis_sweep.LENS_FIGURE},
+        "depthbench.hub.convert": {convert.CONVERSION_RECORD},
+    }
+    for owner, names in owners.items():
         spelled = _modules_where(lambda node, names=names: _string(node, lambda s: s in names))
         assert spelled == {owner}, f"{sorted(names)} spelled outside {owner}: {sorted(spelled - {owner})}"
+
+
+def _path_parts(node: ast.AST) -> list[ast.AST]:
+    """The parts of a path that ``node`` builds: the arguments of ``os.path.join`` / ``.joinpath``, the operands of
+    ``/`` (a ``pathlib`` path)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+            node.func.attr == "joinpath" or (node.func.attr == "join" and isinstance(node.func.value, ast.Attribute)
+                                             and node.func.value.attr == "path")):
+        return list(node.args)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        return [node.left, node.right]
+    return []
+
+
+def _spelled_folders(tree: ast.AST, names: set[str]) -> list[str]:
+    return [part.value for node in ast.walk(tree) for part in _path_parts(node) if _string(part, names.__contains__)]
+
+
+def test_run_folder_names_come_from_runs_wherever_a_path_is_built():
+    """The folders of a run and a sweep (``checkpoints``, ``final``, ``runs``, ...) are words that are labels too
+    (a ``final`` row, the ``analysis`` report section): a path is built with the :mod:`depthbench.runs` constant,
+    never with the word, anywhere but in ``runs.py``."""
+    from depthbench import runs
+
+    names = {runs.CHECKPOINTS, runs.CHECKPOINT_EXPORT, runs.FINAL, runs.TENSORBOARD, runs.RUNS, runs.SECTIONS,
+             runs.EVAL, runs.ANALYSIS}
+    found = {name: spelled for name, path in _modules().items() if name != "depthbench.runs"
+             and (spelled := _spelled_folders(ast.parse(path.read_text(encoding="utf-8")), names))}
+    assert not found, f"run-folder names spelled in paths: {found}"
+
+
+def test_the_folder_check_sees_a_path_and_not_a_label():
+    tree = ast.parse("os.path.join(out, 'runs', x)\nPath(x) / 'final'\np.joinpath('eval')\nrow = {'k': 'final'}\n"
+                     "','.join(['final'])\n")
+    assert _spelled_folders(tree, {"runs", "final", "eval"}) == ["runs", "final", "eval"]
 
 
 def _json_file_calls(tree: ast.AST) -> list[str]:

@@ -48,10 +48,21 @@ CHECKPOINT_EXPORT = "hf"  # checkpoints/ckpt-NNNNNN/hf: the checkpoint's HF expo
 FINAL = "final"
 FINAL_STAGING = "final.tmp"
 TENSORBOARD = "tensorboard"
+EVAL = "eval"  # eval/results.json, results.md: ``depthbench eval RUN`` (``depthbench.evaluation.harness``)
+EVAL_RESULTS = "results.json"
+ANALYSIS = "analysis"  # <run>/analysis/, <sweep>/analysis/<run id>/: ``depthbench analyze`` (``depthbench.analysis``)
 SWEEP_DEFINITION = "sweep.json"
 RUNS = "runs"
 REPORT = "report.md"
+REPORT_PAGE = "report.html"
 SECTIONS = "sections"
+RESULTS_CSV = "results.csv"
+RESULTS_JSONL = "results.jsonl"
+RESULTS_PLOT = "loss_vs_aspect_ratio.png"
+EVAL_TABLE = "eval_results.csv"
+BASE_CONFIG = "base_config.json"
+SLURM_SCRIPT = "sweep.slurm"
+SLURM_RUNS = "runs.txt"
 REPORT_SECTIONS = ("results", "published", "evaluation", "analysis")
 """The sections of a sweep's ``report.md``, in order: the sweep's results (``depthbench report``), the study's
 published figures beside them (folders of ``depthbench released eval`` only), the downstream evaluation
@@ -260,5 +271,5 @@ def write_report_section(sweep_dir: str, name: str, text: str | None) -> str:
                 parts.append(f.read().rstrip("\n"))
     text = "\n\n".join(parts) + "\n"
     atomic.write_text(report, text)
-    write_report_page(sweep_dir, text)
+    write_report_page(os.path.join(sweep_dir, REPORT_PAGE), text)
     return report

@@ -38,6 +38,7 @@ import re
 from dataclasses import dataclass
 
 from depthbench import atomic, runs
+from depthbench.hub.convert import CONVERSION_RECORD  # written by depthbench convert next to the converted model
 from depthbench.hub.sync import (  # the plans, their upload and the errors of publishing
     BranchPlan,
     FilePlan,
@@ -52,7 +53,6 @@ from depthbench.hub.sync import (  # the plans, their upload and the errors of p
 )
 
 CARD_FILES = ("README.md", "loss_curve.png")
-CONVERSION_RECORD = "depthbench_conversion.json"  # written by depthbench convert next to the converted model
 
 
 
@@ -217,7 +217,7 @@ def read_remote_state(api, plan: RepoPlan) -> None:
                 f.status = "unknown"
 
 
-REPORT_EXTRAS = ("report.html", "results.csv", "eval_results.csv")
+REPORT_EXTRAS = (runs.REPORT_PAGE, runs.RESULTS_CSV, runs.EVAL_TABLE)
 """Files of a sweep folder that go to its report repository beside ``report.md`` and its figures, when present."""
 _FIGURE_LINE = re.compile(r"^!\[[^\]]*\]\(([^)\s]+)\)\s*$", re.M)
 
