@@ -2,8 +2,10 @@
 command family), nothing imports the command line, no import cycles among the package's own modules (counting
 imports inside functions too, which Python only runs later but which still tie two modules together), and every
 module imports on its own in a fresh interpreter (nothing depends on another module having been imported first).
-In ``modeling/`` (remote code), no underscore name is used outside its file, and each helper file is named by its
-owner (``mhc_sinkhorn.py`` is mHC's).
+No underscore name is used outside its module (in ``modeling/``, remote code, not by tests either), and each
+``modeling/`` helper file is named by its owner (``mhc_sinkhorn.py`` is mHC's). Run and sweep folders' file and
+folder names are spelled once, by their owner (:mod:`depthbench.runs`), and every JSON file goes through
+:mod:`depthbench.atomic`.
 Commands live in their family's ``command.py`` (``archs`` and ``shapes`` in ``depthbench.cli``), each handled by
 ``_cmd_<command>``, and ``released`` names one place, the ``depthbench released`` family
 (``depthbench.sweeps.released``).
@@ -237,6 +239,57 @@ def test_no_private_name_crosses_modeling_files():
     assert len(paths) > 50
     found = _private_modeling_imports(paths)
     assert not found, "underscore names used outside their modeling file: " + "; ".join(found)
+
+
+def _private_package_imports(modules: dict[str, Path]) -> list[str]:
+    """``module: other.name`` for every underscore name a module of the package imports from another one of its
+    modules (``from depthbench.x import _y``, relative imports too), or reads as an attribute of one it imported
+    (``from depthbench import x`` then ``x._y``)."""
+    found = []
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        aliases = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                aliases.update({a.asname: a.name for a in node.names if a.asname and a.name in modules})
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*parts, *([base] if base else [])])
+            for a in node.names:
+                if f"{base}.{a.name}" in modules:
+                    aliases[a.asname or a.name] = f"{base}.{a.name}"
+                elif base in modules and base != name and a.name.startswith("_") and not a.name.startswith("__"):
+                    found.append(f"{name}: {base}.{a.name}")
+        found += [f"{name}: {aliases[n.value.id]}.{n.attr}" for n in ast.walk(tree)
+                  if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in aliases
+                  and aliases[n.value.id] != name and n.attr.startswith("_") and not n.attr.startswith("__")]
+    return sorted(found)
+
+
+def test_no_private_name_crosses_package_files():
+    """A helper another module of the package imports is public, across all of ``src/depthbench`` as in
+    ``modeling/`` (tests may still reach a module's own underscore helpers: they test that module)."""
+    modules = _modules()
+    assert len(modules) > 100
+    found = _private_package_imports(modules)
+    assert not found, "underscore names used outside their module: " + "; ".join(found)
+
+
+def test_the_package_private_name_check_sees_a_private_import(tmp_path):
+    root = tmp_path / "pkg"
+    (root / "sub").mkdir(parents=True)
+    for rel, text in {"__init__.py": "", "a.py": "def _x(): ...\n", "sub/__init__.py": "",
+                      "sub/b.py": "from ..a import _x\nfrom pkg import a\na._y\nfrom . import c as cc\ncc._z\n",
+                      "sub/c.py": "from pkg.sub.c import _own\n"}.items():
+        (root / rel).write_text(text)
+    modules = {"pkg": root / "__init__.py", "pkg.a": root / "a.py", "pkg.sub": root / "sub/__init__.py",
+               "pkg.sub.b": root / "sub/b.py", "pkg.sub.c": root / "sub/c.py"}
+    assert _private_package_imports(modules) == ["pkg.sub.b: pkg.a._x", "pkg.sub.b: pkg.a._y",
+                                                 "pkg.sub.b: pkg.sub.c._z"]
 
 
 PRIVATE_TORCH_IN_REMOTE_CODE = {"hc_stream_memory.py"}

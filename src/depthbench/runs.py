@@ -16,6 +16,8 @@ A run folder (``depthbench train -o RUN``; the one description of it, other docs
     summary.json             the dict returned by ``depthbench.training.train``
     tensorboard/             with track.tensorboard=true
     writer.lease             while a process trains here: who holds the folder (``depthbench.lease``)
+    eval/                    ``depthbench eval RUN``: results.json (lm-eval's results, merged per task), results.md
+    analysis/                ``depthbench analyze RUN``: <metric>.json, .csv, .png
 
 A sweep folder (``depthbench sweep --out SWEEP``)::
 
@@ -24,6 +26,14 @@ A sweep folder (``depthbench sweep --out SWEEP``)::
     report.md                 assembled from sections (:func:`write_report_section`)
     report.html               the same report as one self-contained page (``depthbench.report_page``)
     sections/<name>.md        the report's sections: results, published, evaluation, analysis (:data:`REPORT_SECTIONS`)
+    results.csv               one row per run (``depthbench.sweeps.report``); results.jsonl the same rows as JSON
+    loss_vs_aspect_ratio.png  the sweep's figure (``depthbench.sweeps.plots``)
+    eval_results.csv          ``depthbench eval SWEEP``: one row per run, task and metric, and its figures
+                              (``depthbench.evaluation.sweep``)
+    analysis/<run id>/        ``depthbench analyze SWEEP``: each run's analyses, summary.csv, and the comparison
+                              figures beside report.md (``depthbench.analysis.sweep``)
+    base_config.json          ``--launcher accelerate``: the base config each run's processes start from
+    sweep.slurm, runs.txt     ``--emit slurm``: the job array and its one line per run (``depthbench.sweeps.slurm``)
 
 Everything here reads and writes plain files; nothing imports torch.
 """

@@ -45,9 +45,9 @@ from depthbench.hub.sync import (  # the plans, their upload and the errors of p
     PublishError,
     PublishFailed,
     RepoPlan,
-    _call,
     diff_branch,
     execute_repo,
+    hub_call,
     remote_files,
     remote_heads,
 )
@@ -368,11 +368,11 @@ def _execute_all(api, plans: list[RepoPlan], sweep_plan: SweepPlan | None, priva
             raise
     if sweep_plan:
         name = f"{sweep_plan.namespace}/{sweep_plan.title}"
-        collection = _call(name, "creating the collection", api.create_collection, sweep_plan.title,
+        collection = hub_call(name, "creating the collection", api.create_collection, sweep_plan.title,
                            namespace=sweep_plan.namespace, description=sweep_plan.description, private=private,
                            exists_ok=True)
         for item in [p.repo_id for p in all_plans[len(plans):]] + [p.repo_id for p in plans]:
-            _call(name, f"adding {item} to the collection", api.add_collection_item, collection.slug,
+            hub_call(name, f"adding {item} to the collection", api.add_collection_item, collection.slug,
                   item_id=item, item_type="model", exists_ok=True)
         result["collection"] = collection.slug
         print(f"collection: {collection.url}", file=out)
