@@ -2,8 +2,10 @@
 command family), nothing imports the command line, no import cycles among the package's own modules (counting
 imports inside functions too, which Python only runs later but which still tie two modules together), and every
 module imports on its own in a fresh interpreter (nothing depends on another module having been imported first).
-In ``modeling/`` (remote code), no underscore name is used outside its file, and each helper file is named by its
-owner (``mhc_sinkhorn.py`` is mHC's).
+No underscore name is used outside its module (in ``modeling/``, remote code, not by tests either), and each
+``modeling/`` helper file is named by its owner (``mhc_sinkhorn.py`` is mHC's). Run and sweep folders' file and
+folder names are spelled once, by their owner (:mod:`depthbench.runs`), and every JSON file goes through
+:mod:`depthbench.atomic`.
 Commands live in their family's ``command.py`` (``archs`` and ``shapes`` in ``depthbench.cli``), each handled by
 ``_cmd_<command>``, and ``released`` names one place, the ``depthbench released`` family
 (``depthbench.sweeps.released``).
@@ -241,6 +243,57 @@ def test_no_private_name_crosses_modeling_files():
     assert not found, "underscore names used outside their modeling file: " + "; ".join(found)
 
 
+def _private_package_imports(modules: dict[str, Path]) -> list[str]:
+    """``module: other.name`` for every underscore name a module of the package imports from another one of its
+    modules (``from depthbench.x import _y``, relative imports too), or reads as an attribute of one it imported
+    (``from depthbench import x`` then ``x._y``)."""
+    found = []
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        aliases = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                aliases.update({a.asname: a.name for a in node.names if a.asname and a.name in modules})
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*parts, *([base] if base else [])])
+            for a in node.names:
+                if f"{base}.{a.name}" in modules:
+                    aliases[a.asname or a.name] = f"{base}.{a.name}"
+                elif base in modules and base != name and a.name.startswith("_") and not a.name.startswith("__"):
+                    found.append(f"{name}: {base}.{a.name}")
+        found += [f"{name}: {aliases[n.value.id]}.{n.attr}" for n in ast.walk(tree)
+                  if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in aliases
+                  and aliases[n.value.id] != name and n.attr.startswith("_") and not n.attr.startswith("__")]
+    return sorted(found)
+
+
+def test_no_private_name_crosses_package_files():
+    """A helper another module of the package imports is public, across all of ``src/depthbench`` as in
+    ``modeling/`` (tests may still reach a module's own underscore helpers: they test that module)."""
+    modules = _modules()
+    assert len(modules) > 100
+    found = _private_package_imports(modules)
+    assert not found, "underscore names used outside their module: " + "; ".join(found)
+
+
+def test_the_package_private_name_check_sees_a_private_import(tmp_path):
+    root = tmp_path / "pkg"
+    (root / "sub").mkdir(parents=True)
+    for rel, text in {"__init__.py": "", "a.py": "def _x(): ...\n", "sub/__init__.py": "",
+                      "sub/b.py": "from ..a import _x\nfrom pkg import a\na._y\nfrom . import c as cc\ncc._z\n",
+                      "sub/c.py": "from pkg.sub.c import _own\n"}.items():
+        (root / rel).write_text(text)
+    modules = {"pkg": root / "__init__.py", "pkg.a": root / "a.py", "pkg.sub": root / "sub/__init__.py",
+               "pkg.sub.b": root / "sub/b.py", "pkg.sub.c": root / "sub/c.py"}
+    assert _private_package_imports(modules) == ["pkg.sub.b: pkg.a._x", "pkg.sub.b: pkg.a._y",
+                                                 "pkg.sub.b: pkg.sub.c._z"]
+
+
 PRIVATE_TORCH_IN_REMOTE_CODE = {"hc_stream_memory.py"}
 """The one ``modeling/`` file allowed a private ``torch._C`` call; why: docs/design.md, "Decisions kept on purpose"."""
 
@@ -362,15 +415,93 @@ def test_procfs_is_read_by_one_module():
 
 
 def test_run_folder_file_names_are_spelled_once():
-    """The run folder's file names are :mod:`depthbench.runs` constants, the checkpoint's own names
-    :mod:`depthbench.training.checkpoint` constants: no other module spells them."""
+    """The run and sweep folders' file names are :mod:`depthbench.runs` constants (the layout described once, in its
+    docstring), the checkpoint's own names :mod:`depthbench.training.checkpoint` constants, a figure's name its
+    writer's, the conversion record :mod:`depthbench.hub.convert`'s: no other module spells them."""
     from depthbench import runs
+    from depthbench.analysis import sweep as analysis_sweep
+    from depthbench.evaluation import sweep as evaluation_sweep
+    from depthbench.hub import convert
     from depthbench.training import checkpoint
 
-    for owner, names in (("depthbench.runs", {runs.RUN_CONFIG, runs.SUMMARY, runs.METRICS, runs.FINAL_STAGING}),
-                         ("depthbench.training.checkpoint", {checkpoint.TRAINER_STATE})):
+    owners = {
+        "depthbench.runs": {runs.RUN_CONFIG, runs.SUMMARY, runs.METRICS, runs.FINAL_STAGING, runs.SWEEP_DEFINITION,
+                            runs.REPORT, runs.REPORT_PAGE, runs.RESULTS_CSV, runs.RESULTS_JSONL, runs.RESULTS_PLOT,
+                            runs.EVAL_TABLE, runs.EVAL_RESULTS, runs.BASE_CONFIG, runs.SLURM_SCRIPT, runs.SLURM_RUNS},
+        "depthbench.training.checkpoint": {checkpoint.TRAINER_STATE},
+        "depthbench.evaluation.sweep": {evaluation_sweep.DOMAIN_PLOT, evaluation_sweep.SYNTHETIC_PLOT},
+        "depthbench.analysis.sweep": {analysis_sweep.LATE_FIGURE, analysis_sweep.LENS_FIGURE},
+        "depthbench.hub.convert": {convert.CONVERSION_RECORD},
+    }
+    for owner, names in owners.items():
         spelled = _modules_where(lambda node, names=names: _string(node, lambda s: s in names))
         assert spelled == {owner}, f"{sorted(names)} spelled outside {owner}: {sorted(spelled - {owner})}"
+
+
+def _path_parts(node: ast.AST) -> list[ast.AST]:
+    """The parts of a path that ``node`` builds: the arguments of ``os.path.join`` / ``.joinpath``, the operands of
+    ``/`` (a ``pathlib`` path)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+            node.func.attr == "joinpath" or (node.func.attr == "join" and isinstance(node.func.value, ast.Attribute)
+                                             and node.func.value.attr == "path")):
+        return list(node.args)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        return [node.left, node.right]
+    return []
+
+
+def _spelled_folders(tree: ast.AST, names: set[str]) -> list[str]:
+    return [part.value for node in ast.walk(tree) for part in _path_parts(node) if _string(part, names.__contains__)]
+
+
+def test_run_folder_names_come_from_runs_wherever_a_path_is_built():
+    """The folders of a run and a sweep (``checkpoints``, ``final``, ``runs``, ...) are words that are labels too
+    (a ``final`` row, the ``analysis`` report section): a path is built with the :mod:`depthbench.runs` constant,
+    never with the word, anywhere but in ``runs.py``."""
+    from depthbench import runs
+
+    names = {runs.CHECKPOINTS, runs.CHECKPOINT_EXPORT, runs.FINAL, runs.TENSORBOARD, runs.RUNS, runs.SECTIONS,
+             runs.EVAL, runs.ANALYSIS}
+    found = {name: spelled for name, path in _modules().items() if name != "depthbench.runs"
+             and (spelled := _spelled_folders(ast.parse(path.read_text(encoding="utf-8")), names))}
+    assert not found, f"run-folder names spelled in paths: {found}"
+
+
+def test_the_folder_check_sees_a_path_and_not_a_label():
+    tree = ast.parse("os.path.join(out, 'runs', x)\nPath(x) / 'final'\np.joinpath('eval')\nrow = {'k': 'final'}\n"
+                     "','.join(['final'])\n")
+    assert _spelled_folders(tree, {"runs", "final", "eval"}) == ["runs", "final", "eval"]
+
+
+def _json_file_calls(tree: ast.AST) -> list[str]:
+    """``json.dump`` / ``json.load`` (and ``from json import dump, load``) in ``tree``: JSON to or from a file."""
+    found = [f"json.{n.func.attr}" for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Attribute) and n.func.attr in ("dump", "load")
+             and isinstance(n.func.value, ast.Name) and n.func.value.id == "json"]
+    return found + [f"from json import {a.name}" for n in ast.walk(tree)
+                    if isinstance(n, ast.ImportFrom) and n.module == "json" for a in n.names
+                    if a.name in ("dump", "load")]
+
+
+def test_json_files_are_written_and_read_by_atomic():
+    """Every JSON file is written with ``atomic.write_json`` (atomically, NaN as ``null``, numpy and torch values as
+    numbers) and read with ``atomic.read_json`` (a damaged file named in one line): ``json.dump`` and ``json.load``,
+    the file forms, are called in :mod:`depthbench.atomic` only.
+
+    ``json.dumps`` / ``json.loads`` on strings stay where the JSON is not a file of its own: one line of a JSON
+    Lines file (``metrics.jsonl``, ``results.jsonl``, a corpus), a line printed or sent through a pipe, a
+    command-line value, a hash's input. Two files are JSON read or written as text on purpose: a user's run-config
+    file (``depthbench.config``: JSON or YAML, told apart by its name) and the writer lease (``depthbench.lease``:
+    created with ``O_EXCL``, which a rename over it would defeat, and read while another process may be writing
+    it)."""
+    found = {name: calls for name, path in _modules().items()
+             if (calls := _json_file_calls(ast.parse(path.read_text(encoding="utf-8"))))}
+    assert set(found) == {"depthbench.atomic"}, f"JSON files outside depthbench.atomic: {found}"
+
+
+def test_the_json_check_sees_a_file_call():
+    tree = ast.parse("import json\njson.dump(x, f)\ns = json.dumps(x)\nfrom json import load, loads\n")
+    assert _json_file_calls(tree) == ["json.dump", "from json import load"]
 
 
 def _is_command_module(name: str) -> bool:

@@ -47,14 +47,19 @@ def write_text(path: str, text: str) -> None:
 
 
 def json_safe(obj: Any) -> Any:
-    """``obj`` with every non-finite float (NaN, +-inf) replaced by ``None``: JSON has no such numbers, and
-    ``json.dumps`` would otherwise write a bare ``NaN`` that strict parsers refuse."""
+    """``obj`` as plain JSON values: every non-finite float (NaN, +-inf) replaced by ``None`` (JSON has no such
+    numbers, and ``json.dumps`` would otherwise write a bare ``NaN`` that strict parsers refuse), arrays, tensors and
+    their scalars (anything with ``tolist()``: numpy, torch) as lists and numbers, keys JSON cannot hold (a numpy
+    integer) as ``str``."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
+        return {k if isinstance(k, (str, int, float, bool)) or k is None else str(k): json_safe(v)
+                for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [json_safe(v) for v in obj]
+    if not isinstance(obj, (str, int)) and callable(getattr(obj, "tolist", None)):  # numpy / torch, not importing them
+        return json_safe(obj.tolist())
     return obj
 
 

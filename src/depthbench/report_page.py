@@ -23,7 +23,6 @@ import re
 
 from depthbench import atomic
 
-PAGE = "report.html"
 _MIME = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
 _IMAGE_LINE = re.compile(r"^!\[([^\]]*)\]\(([^)\s]+)\)\s*$")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -269,8 +268,8 @@ def render_page(text: str, folder: str) -> str:
             f"</main>\n<script>{SORT_SCRIPT}</script>\n</body>\n</html>\n")
 
 
-def write_report_page(folder: str, text: str) -> str:
-    """Write ``<folder>/report.html`` from the report's markdown ``text``; returns its path."""
-    path = os.path.join(folder, PAGE)
-    atomic.write_text(path, render_page(text, folder))
+def write_report_page(path: str, text: str) -> str:
+    """Write the page ``path`` (a sweep's ``report.html``, whose folder holds the figures) from the report's
+    markdown ``text``; returns ``path``."""
+    atomic.write_text(path, render_page(text, os.path.dirname(path)))
     return path

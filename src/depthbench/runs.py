@@ -16,6 +16,8 @@ A run folder (``depthbench train -o RUN``; the one description of it, other docs
     summary.json             the dict returned by ``depthbench.training.train``
     tensorboard/             with track.tensorboard=true
     writer.lease             while a process trains here: who holds the folder (``depthbench.lease``)
+    eval/                    ``depthbench eval RUN``: results.json (lm-eval's results, merged per task), results.md
+    analysis/                ``depthbench analyze RUN``: <metric>.json, .csv, .png
 
 A sweep folder (``depthbench sweep --out SWEEP``)::
 
@@ -24,6 +26,14 @@ A sweep folder (``depthbench sweep --out SWEEP``)::
     report.md                 assembled from sections (:func:`write_report_section`)
     report.html               the same report as one self-contained page (``depthbench.report_page``)
     sections/<name>.md        the report's sections: results, published, evaluation, analysis (:data:`REPORT_SECTIONS`)
+    results.csv               one row per run (``depthbench.sweeps.report``); results.jsonl the same rows as JSON
+    loss_vs_aspect_ratio.png  the sweep's figure (``depthbench.sweeps.plots``)
+    eval_results.csv          ``depthbench eval SWEEP``: one row per run, task and metric, and its figures
+                              (``depthbench.evaluation.sweep``)
+    analysis/<run id>/        ``depthbench analyze SWEEP``: each run's analyses, summary.csv, and the comparison
+                              figures beside report.md (``depthbench.analysis.sweep``)
+    base_config.json          ``--launcher accelerate``: the base config each run's processes start from
+    sweep.slurm, runs.txt     ``--emit slurm``: the job array and its one line per run (``depthbench.sweeps.slurm``)
 
 Everything here reads and writes plain files; nothing imports torch.
 """
@@ -49,10 +59,21 @@ CHECKPOINT_EXPORT = "hf"  # checkpoints/ckpt-NNNNNN/hf: the checkpoint's HF expo
 FINAL = "final"
 FINAL_STAGING = "final.tmp"
 TENSORBOARD = "tensorboard"
+EVAL = "eval"  # eval/results.json, results.md: ``depthbench eval RUN`` (``depthbench.evaluation.harness``)
+EVAL_RESULTS = "results.json"
+ANALYSIS = "analysis"  # <run>/analysis/, <sweep>/analysis/<run id>/: ``depthbench analyze`` (``depthbench.analysis``)
 SWEEP_DEFINITION = "sweep.json"
 RUNS = "runs"
 REPORT = "report.md"
+REPORT_PAGE = "report.html"
 SECTIONS = "sections"
+RESULTS_CSV = "results.csv"
+RESULTS_JSONL = "results.jsonl"
+RESULTS_PLOT = "loss_vs_aspect_ratio.png"
+EVAL_TABLE = "eval_results.csv"
+BASE_CONFIG = "base_config.json"
+SLURM_SCRIPT = "sweep.slurm"
+SLURM_RUNS = "runs.txt"
 REPORT_SECTIONS = ("results", "published", "evaluation", "analysis")
 """The sections of a sweep's ``report.md``, in order: the sweep's results (``depthbench report``), the study's
 published figures beside them (folders of ``depthbench released eval`` only), the downstream evaluation
@@ -291,5 +312,5 @@ def write_report_section(sweep_dir: str, name: str, text: str | None) -> str:
                 parts.append(f.read().rstrip("\n"))
     text = "\n\n".join(parts) + "\n"
     atomic.write_text(report, text)
-    write_report_page(sweep_dir, text)
+    write_report_page(os.path.join(sweep_dir, REPORT_PAGE), text)
     return report

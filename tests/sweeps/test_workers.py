@@ -23,32 +23,32 @@ from depthbench.sweeps.workers import CONSOLE_LOG, Job, run_in_workers
 
 
 # ---- stand-in training functions (module level: a spawned worker imports them by name)
-def record(base, overrides, log, run_dir):
+def record(config, log, run_dir):
     """Sleeps a little and records its process, its torch threads and when it ran; prints on both channels."""
     import torch
 
     start = time.time()
     print("hello from", os.path.basename(run_dir))
     os.write(2, b"straight to fd 2\n")
-    time.sleep(base.get("sleep", 0.3))
+    time.sleep(config.get("sleep", 0.3))
     Path(run_dir, "record.json").write_text(json.dumps({"pid": os.getpid(), "threads": torch.get_num_threads(),
                                                         "start": start, "end": time.time()}))
-    return base.get("status", "finished")
+    return config.get("status", "finished")
 
 
-def fail_on_second(base, overrides, log, run_dir):
+def fail_on_second(config, log, run_dir):
     Path(run_dir, "started").write_text("")
     if run_dir.endswith("job1"):
         raise SweepRunFailed(f"run {run_dir} failed: stand-in failure")
     return "finished"
 
 
-def die(base, overrides, log, run_dir):
+def die(config, log, run_dir):
     """A worker that dies (killed, out of memory): the pool breaks."""
     os._exit(3)
 
 
-def wait_for_stop(base, overrides, log, run_dir):
+def wait_for_stop(config, log, run_dir):
     """What the trainer does on SIGTERM: finish the current step and return ``stopped``."""
     stop = []
     signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
@@ -59,8 +59,8 @@ def wait_for_stop(base, overrides, log, run_dir):
     return "stopped" if stop else "finished"
 
 
-def jobs(tmp_path: Path, n: int, **base) -> list[Job]:
-    return [Job(f"job{k}", dict(base), [], str(tmp_path / f"job{k}")) for k in range(n)]
+def jobs(tmp_path: Path, n: int, **config) -> list[Job]:
+    return [Job(f"job{k}", dict(config), str(tmp_path / f"job{k}")) for k in range(n)]
 
 
 def test_jobs_run_side_by_side_never_more_than_the_workers(tmp_path):

@@ -29,9 +29,11 @@ def metric_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 
 def _default_out(target: str) -> str:
+    from depthbench import runs
+
     if os.path.isdir(target):
-        return os.path.join(target, "analysis")
-    return os.path.join("analysis", target.replace("/", "__"))
+        return os.path.join(target, runs.ANALYSIS)
+    return os.path.join(runs.ANALYSIS, target.replace("/", "__"))
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:

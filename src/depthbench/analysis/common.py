@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import json
+import io
 import os
 import time
 from collections.abc import Iterator
@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from depthbench import atomic
 
 from .sampling import WindowSpec, micro_batches
 from .state import ModelAdapter, Trace
@@ -128,28 +130,11 @@ class MetricResult:
     seconds: float = 0.0
 
 
-def to_jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return to_jsonable(obj.tolist())
-    if isinstance(obj, torch.Tensor):
-        return to_jsonable(obj.detach().cpu().tolist())
-    if isinstance(obj, (np.floating, float)):
-        v = float(obj)
-        return None if not np.isfinite(v) else v
-    if isinstance(obj, np.integer):
-        return int(obj)
-    return obj
-
-
 def write_result(result: MetricResult, out_dir: str, plot=None) -> dict[str, str]:
     """Write ``<metric>.json``, ``<metric>.csv`` (when rows) and ``<metric>.png`` (when ``plot``) into ``out_dir``.
 
-    Files are written to a temporary name and renamed, so an interrupted run never leaves a half-written JSON that a
-    resumed sweep would take for a finished metric."""
+    Files are written atomically (``depthbench.atomic``), so an interrupted run never leaves a half-written JSON that
+    a resumed sweep would take for a finished metric."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {}
     if result.rows:
@@ -157,12 +142,12 @@ def write_result(result: MetricResult, out_dir: str, plot=None) -> dict[str, str
         keys: list[str] = []
         for row in result.rows:
             keys.extend(k for k in row if k not in keys)
-        with open(path + ".tmp", "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=keys)
-            writer.writeheader()
-            for row in result.rows:
-                writer.writerow({k: to_jsonable(v) for k, v in row.items()})
-        os.replace(path + ".tmp", path)
+        table = io.StringIO(newline="")
+        writer = csv.DictWriter(table, fieldnames=keys)
+        writer.writeheader()
+        for row in result.rows:
+            writer.writerow({k: atomic.json_safe(v) for k, v in row.items()})
+        atomic.write_text(path, table.getvalue())
         paths["csv"] = path
     if plot is not None:
         path = os.path.join(out_dir, f"{result.metric}.png")
@@ -171,9 +156,7 @@ def write_result(result: MetricResult, out_dir: str, plot=None) -> dict[str, str
     path = os.path.join(out_dir, f"{result.metric}.json")
     payload = {"metric": result.metric, "settings": result.settings, "seconds": round(result.seconds, 3),
                "values": result.values, "files": {k: os.path.basename(v) for k, v in paths.items()}}
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(to_jsonable(payload), f, indent=1)
-    os.replace(path + ".tmp", path)
+    atomic.write_json(path, payload)
     paths["json"] = path
     return paths
 

@@ -128,7 +128,7 @@ def analyze_sweep(sweep_dir: str, metrics: list[str], data: str | None, spec, *,
     already written (unless ``force``), then write the comparison figures and the report section."""
     import copy
 
-    from depthbench.runs import sweep_data_dir
+    from depthbench.runs import ANALYSIS, RUNS, sweep_data_dir
 
     from .sweep import finished_runs, write_comparison
 
@@ -141,8 +141,8 @@ def analyze_sweep(sweep_dir: str, metrics: list[str], data: str | None, spec, *,
                 deepest[run["arch"]] = run
         runs = [r for r in runs if deepest.get(r["arch"]) is r]
     if not runs:
-        raise ValueError(f"no finished runs with a final/ export under {os.path.join(sweep_dir, 'runs')}")
-    root = out_root or os.path.join(sweep_dir, "analysis")
+        raise ValueError(f"no finished runs with a final/ export under {os.path.join(sweep_dir, RUNS)}")
+    root = out_root or os.path.join(sweep_dir, ANALYSIS)
     for k, run in enumerate(runs):
         log(f"[{k + 1}/{len(runs)}] {run['run_id']}")
         analyze_target(run["model_dir"], metrics, os.path.join(root, run["run_id"]), data, copy.copy(spec),

@@ -36,7 +36,7 @@ def load_results(sweep_dir: str) -> list[dict[str, Any]]:
     """Per run and metric, the JSON values (``{run..., metric, values}``)."""
     out = []
     for run in finished_runs(sweep_dir):
-        folder = os.path.join(sweep_dir, "analysis", run["run_id"])
+        folder = os.path.join(sweep_dir, runs.ANALYSIS, run["run_id"])
         if not os.path.isdir(folder):
             continue
         for name in sorted(os.listdir(folder)):
@@ -193,8 +193,8 @@ def write_comparison(sweep_dir: str, log: Callable[..., None] = print) -> dict[s
     if plot_logit_lens(results, os.path.join(sweep_dir, LENS_FIGURE)):
         figures.append(LENS_FIGURE)
     rows = _scalar_rows(results)
-    os.makedirs(os.path.join(sweep_dir, "analysis"), exist_ok=True)
-    paths["summary"] = os.path.join(sweep_dir, "analysis", "summary.csv")
+    os.makedirs(os.path.join(sweep_dir, runs.ANALYSIS), exist_ok=True)
+    paths["summary"] = os.path.join(sweep_dir, runs.ANALYSIS, "summary.csv")
     with open(paths["summary"], "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=["run_id", "arch", "num_layers", "metric", "key", "value", "seconds"])
         writer.writeheader()

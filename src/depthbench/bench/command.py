@@ -48,6 +48,7 @@ import json
 import sys
 from dataclasses import replace
 
+from depthbench import atomic
 from depthbench.bench.settings import REFERENCE, BenchSettings
 from depthbench.bench.shapes import BENCH_GRIDS, BenchShape, parse_bench_shape, resolve_bench_shapes
 from depthbench.config import COMPILE_SCOPES
@@ -124,8 +125,7 @@ def _print_header(shapes: list[BenchShape], settings: BenchSettings) -> None:
 
 def _write_json(path: str | None, data) -> None:
     if path:
-        with open(path, "w") as handle:
-            json.dump(data, handle, indent=1)
+        atomic.write_json(path, data)
 
 
 def _at(settings: BenchSettings, shape_arg: str, shape: BenchShape) -> BenchSettings:

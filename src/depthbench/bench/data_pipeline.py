@@ -29,6 +29,8 @@ import sys
 import tempfile
 import time
 
+from depthbench import atomic
+
 PIPELINES = ("prepare-data", "tokenizers")
 
 
@@ -64,8 +66,8 @@ def _commands(pipeline: str, path: str, tokenizer: str, workers: int, work: str)
 def _tokens(pipeline: str, stdout: str, work: str) -> int:
     if pipeline == "tokenizers":
         return int(json.loads(stdout.strip().splitlines()[-1])["tokens"])
-    with open(os.path.join(work, "prepared", "meta.json"), encoding="utf-8") as f:
-        return sum(int(s["tokens"]) for s in json.load(f)["splits"].values())
+    meta = atomic.read_json(os.path.join(work, "prepared", "meta.json"))
+    return sum(int(s["tokens"]) for s in meta["splits"].values())
 
 
 def _one(pipeline: str, path: str, tokenizer: str, workers: int, work: str) -> dict:

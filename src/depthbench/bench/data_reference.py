@@ -20,6 +20,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from depthbench import atomic
+
 BATCH = 1024
 
 
@@ -46,8 +48,7 @@ def run(files: list[str], tokenizer_dir: str, output: str) -> dict:
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(os.path.join(tokenizer_dir, "tokenizer.json"))
-    with open(os.path.join(tokenizer_dir, "tokenizer_config.json"), encoding="utf-8") as f:
-        eos_token = json.load(f)["eos_token"]
+    eos_token = atomic.read_json(os.path.join(tokenizer_dir, "tokenizer_config.json"))["eos_token"]
     eos = tok.token_to_id(eos_token if isinstance(eos_token, str) else eos_token["content"])
     dtype = np.uint16 if tok.get_vocab_size(with_added_tokens=True) <= 65536 else np.uint32
     docs = tokens = 0

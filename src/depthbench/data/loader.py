@@ -6,7 +6,6 @@ The on-disk format is described in ``depthbench.data``; writing it is ``depthben
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import queue
 import threading
@@ -14,6 +13,8 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 import torch
+
+from depthbench import atomic
 
 
 class DataError(ValueError):
@@ -31,10 +32,10 @@ def load_meta(data_dir: str) -> dict:
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found: {data_dir!r} is not a prepared data directory (run prepare_data)")
     try:
-        with open(path, encoding="utf-8") as f:
-            meta = json.load(f)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path} is corrupt (not valid JSON: {exc}); re-run depthbench prepare-data with the same "
+        meta = atomic.read_json(path)
+    except ValueError as exc:
+        detail = exc.__context__ or exc  # the decoder's message (atomic.read_json's names the file, as this does)
+        raise DataError(f"{path} is corrupt (not valid JSON: {detail}); re-run depthbench prepare-data with the same "
                         "arguments to rewrite it (finished shards are kept)") from None
     missing = [k for k in ("splits", "dtype", "vocab_size", "eos_token_id")
                if not isinstance(meta, dict) or k not in meta]
@@ -78,15 +79,12 @@ def verify_data(data_dir: str, splits: Iterable[str] | None = None, *, force: bo
     """
     from tqdm.auto import tqdm
 
-    from depthbench import atomic
-
     meta = load_meta(data_dir)
     cache_path = _verify_cache_path(data_dir, meta)
     cache: dict = {}
     if not force and os.path.exists(cache_path):
         try:
-            with open(cache_path, encoding="utf-8") as f:
-                cache = json.load(f)
+            cache = atomic.read_json(cache_path)
         except (OSError, ValueError):
             cache = {}
     cache = cache if isinstance(cache, dict) else {}

@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from depthbench import atomic
 from depthbench.data import make_tiny_tokenizer, prepare_data
 
 TASKS: tuple[str, ...] = ("pointer", "permutation", "arithmetic", "variables")
@@ -369,9 +370,7 @@ def build_demo_corpus(
         "python_pydoc_chars": sum(len(d) for d in text_docs),
         "build_seconds": round(time.perf_counter() - t0, 3),
     }
-    with open(os.path.join(output_dir, "demo_corpus.json"), "w", encoding="utf-8") as f:
-        json.dump(demo, f, indent=2, sort_keys=True)
-        f.write("\n")
+    atomic.write_json(os.path.join(output_dir, "demo_corpus.json"), demo, sort_keys=True)
     return {**meta, "demo": demo}
 
 

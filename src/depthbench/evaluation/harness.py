@@ -184,7 +184,7 @@ def _output_dir(target: str, model_id: str, out_dir: str | os.PathLike | None, l
     """``out_dir``, else ``<folder>/eval`` for a local checkpoint, ``eval/<org>__<name>`` for a Hub id."""
     if out_dir:
         return Path(out_dir)
-    return Path(target) / "eval" if local else Path("eval") / model_id.replace("/", "__")
+    return Path(target) / runs.EVAL if local else Path(runs.EVAL) / model_id.replace("/", "__")
 
 
 def _card_name(model_id: str) -> str:
@@ -229,7 +229,7 @@ def _run_tasks(lm, manager, pending: list[str], *, model_id: str, limit: float |
             continue
         merged = merge_results(merged, result)
         merged["config"]["model"] = model_id
-        atomic.write_json(str(out / "results.json"), merged)
+        atomic.write_json(str(out / runs.EVAL_RESULTS), merged)
         atomic.write_text(str(out / "results.md"), render_results_md(merged, model_id))
         log(f"eval: {name} done in {result['wall_seconds'][name]:.1f}s")
     return merged, failures
@@ -253,7 +253,7 @@ def evaluate_checkpoint(target: str, tasks: list[str], *, out_dir: str | os.Path
     out = _output_dir(target, model_id, out_dir, local)
     if not tasks:
         raise EvalError("--tasks is empty; name at least one task or group, e.g. " + DEFAULT_TASKS)
-    results_path = out / "results.json"
+    results_path = out / runs.EVAL_RESULTS
     old = atomic.read_json(results_path)
     data_dir = effective_data_dir(data_dir)
     pending = [t for t in tasks if not _done(old, t, limit, data_dir)]

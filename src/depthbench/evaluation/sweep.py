@@ -15,7 +15,6 @@ from depthbench.evaluation.results import DOMAIN_GROUPS, fmt_value, metric_rows
 
 SECTION = "evaluation"
 """The name of this module's section of the sweep's report (one of :data:`depthbench.runs.REPORT_SECTIONS`)."""
-EVAL_CSV = "eval_results.csv"
 DOMAIN_PLOT = "domain_nll_vs_aspect_ratio.png"
 SYNTHETIC_PLOT = "synthetic_acc_vs_aspect_ratio.png"
 SYNTHETIC_FAMILY = "depthbench_synthetic_mc_"
@@ -27,7 +26,7 @@ def sweep_eval_rows(sweep_dir: str) -> list[dict[str, Any]]:
     ``final/config.json``)."""
     rows = []
     for run in runs.sweep_runs(sweep_dir, finished=True):
-        results = atomic.read_json(Path(run.run_dir) / "eval" / "results.json")
+        results = atomic.read_json(Path(run.run_dir) / runs.EVAL / runs.EVAL_RESULTS)
         if results is None:
             continue
         cfg = atomic.read_json(Path(run.model_dir) / "config.json")
@@ -148,7 +147,7 @@ def sample_counts(sweep_dir: str) -> dict[str, int]:
     """Per task or group, the fewest questions any evaluated run answered (lm-eval's ``sample_len``)."""
     counts: dict[str, int] = {}
     for run in runs.sweep_runs(sweep_dir, finished=True):
-        results = atomic.read_json(Path(run.run_dir) / "eval" / "results.json") or {}
+        results = atomic.read_json(Path(run.run_dir) / runs.EVAL / runs.EVAL_RESULTS) or {}
         for table in (results.get("results") or {}, results.get("groups") or {}):
             for task, row in table.items():
                 n = row.get("sample_len") if isinstance(row, dict) else None
@@ -233,7 +232,7 @@ def write_sweep_eval_report(sweep_dir: str, log=print) -> dict[str, str]:
     paths: dict[str, str] = {}
     section = None
     if rows:
-        paths["csv"] = str(root / EVAL_CSV)
+        paths["csv"] = str(root / runs.EVAL_TABLE)
         _write_csv(rows, paths["csv"])
         plots = _write_plots(rows, root)
         paths.update({plot: str(root / plot) for plot in plots})

@@ -20,12 +20,12 @@ exact parameter count follow from the study's design rule). ``depthbench release
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any
 
+from depthbench import atomic
 from depthbench.registry import ARCHITECTURES
 from depthbench.repo_names import REPO_ARCH_NAMES, REPO_NAME_VARIANTS, format_lr
 
@@ -99,8 +99,18 @@ class Release:
                 "private": self.private, "sources": dict(self.sources), "notes": list(self.notes)}
 
 
-def _read_package_json(name: str) -> dict[str, Any]:
-    return json.loads(resources.files("depthbench.hub").joinpath(name).read_text(encoding="utf-8"))
+def _read_json(path: str | os.PathLike | None, packaged: str) -> Any:
+    """The JSON content of ``path``, or of the packaged file ``packaged`` when ``path`` is ``None``.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: It is not valid JSON.
+    """
+    path = resources.files("depthbench.hub").joinpath(packaged) if path is None else path
+    data = atomic.read_json(path)
+    if data is None:
+        raise FileNotFoundError(f"{os.fspath(path)}: no such file")
+    return data
 
 
 def repo_name(org: str, pattern: str, name: str, lr: float, size: str, depth: int) -> str:
@@ -137,13 +147,12 @@ class Catalogue:
     def load(cls, path: str | os.PathLike | None = None) -> Catalogue:
         """The packaged catalogue (``released_catalogue.json``), or the file ``path`` in the same format."""
         try:
-            if path is None:
-                data = _read_package_json(CATALOGUE_FILE)
-            else:
-                with open(path, encoding="utf-8") as f:
-                    data = json.load(f)
+            data = _read_json(path, CATALOGUE_FILE)
+        except ValueError as exc:  # not valid JSON (the message names the file)
+            raise CatalogueError(f"catalogue {path or CATALOGUE_FILE} is malformed: {exc}") from None
+        try:
             releases = [r for group in data["groups"] for r in _group_releases(group, data)]
-        except (KeyError, TypeError, json.JSONDecodeError) as exc:
+        except (KeyError, TypeError) as exc:
             raise CatalogueError(f"catalogue {path or CATALOGUE_FILE} is malformed: {type(exc).__name__}: {exc}"
                                  ) from None
         facts = {k: v for k, v in data.items() if k != "groups"}
@@ -331,10 +340,7 @@ def unique(values) -> list:
 # ================================================================================================ published figures
 def load_published(path: str | os.PathLike | None = None) -> dict[str, Any]:
     """The study's published figures (``published_figures.json``, or ``path`` in the same format)."""
-    if path is None:
-        return _read_package_json(PUBLISHED_FILE)
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return _read_json(path, PUBLISHED_FILE)
 
 
 def published_loss(published: dict[str, Any], arch: str, grid: str | None, depth: int | None) -> float | None:

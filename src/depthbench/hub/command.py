@@ -11,7 +11,6 @@ The handlers import their library module when they run (registering the parsers 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 
@@ -45,13 +44,13 @@ def _add_publish(subparsers) -> None:
 
 # ================================================================================================ convert
 def _cmd_convert(args: argparse.Namespace) -> int:
+    from depthbench import atomic
     from depthbench.hub.convert import CONVERSION_RECORD, convert
 
     out = convert(args.source, args.output, step=args.step, arch=args.arch, config_path=args.config,
                   tokenizer_dir=args.tokenizer, repo_name=args.repo_name, revision=args.revision,
                   overwrite=args.overwrite, readout=args.readout, dtype=args.dtype)
-    with open(os.path.join(out, CONVERSION_RECORD), encoding="utf-8") as f:
-        record = json.load(f)
+    record = atomic.read_json(os.path.join(out, CONVERSION_RECORD))
     print(f"converted {record['source_repo']} (step {record['step']}) -> {out} as {record['arch']} "
           f"({record['dtype']})")
     for note in record["notes"]:

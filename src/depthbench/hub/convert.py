@@ -40,12 +40,12 @@ read by ``depthbench publish``, which re-publishes a conversion as ``<name>-hf``
 from __future__ import annotations
 
 import functools
-import json
 import os
 import shutil
 import tempfile
 from typing import Any
 
+from depthbench import atomic
 from depthbench.hub.readout import decide_readout, load_tokenizer
 from depthbench.hub.release_files import (  # noqa: F401  (re-exported: the module's public reading functions)
     dcp_model_files,
@@ -237,8 +237,7 @@ def _save(folder: str, model, tokenizer_dir: str | None, record: dict, notes: li
         for file in os.listdir(tokenizer_dir):
             if os.path.isfile(os.path.join(tokenizer_dir, file)):
                 shutil.copy2(os.path.join(tokenizer_dir, file), os.path.join(folder, file))
-    with open(os.path.join(folder, CONVERSION_RECORD), "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1)
+    atomic.write_json(os.path.join(folder, CONVERSION_RECORD), record)
     write_card(folder, repo_id=converted_repo_name(record["source_repo"]),
                source={"repo": record["source_repo"], "step": record["step"]}, notes=notes)
 

@@ -135,7 +135,6 @@ def _network_errors() -> tuple[type[BaseException], ...]:
 
 
 def _read_repo(api, model, endpoint_label: str) -> dict[str, Any]:
-    import json
 
     from huggingface_hub.hf_api import RepoFile
 
@@ -147,11 +146,10 @@ def _read_repo(api, model, endpoint_label: str) -> dict[str, Any]:
     config = None
     if layout["storage"]:
         name = "config.json" if layout["storage"] == "root" else f"step{layout['steps'][-1]}/config.json"
-        with open(api.hf_hub_download(model.id, name, revision=sha), encoding="utf-8") as f:
-            try:
-                config = json.load(f)
-            except json.JSONDecodeError:
-                config = None
+        try:
+            config = atomic.read_json(api.hf_hub_download(model.id, name, revision=sha))
+        except ValueError:  # not valid JSON: described without a config
+            config = None
     return describe_repo(model.id, files, bool(getattr(model, "private", False)), sha,
                          config if isinstance(config, dict) else None)
 

@@ -41,21 +41,21 @@ import re
 from dataclasses import dataclass
 
 from depthbench import atomic, runs
+from depthbench.hub.convert import CONVERSION_RECORD  # written by depthbench convert next to the converted model
 from depthbench.hub.sync import (  # the plans, their upload and the errors of publishing
     BranchPlan,
     FilePlan,
     PublishError,
     PublishFailed,
     RepoPlan,
-    _call,
     diff_branch,
     execute_repo,
+    hub_call,
     remote_files,
     remote_heads,
 )
 
 CARD_FILES = ("README.md", "loss_curve.png")
-CONVERSION_RECORD = "depthbench_conversion.json"  # written by depthbench convert next to the converted model
 
 
 
@@ -232,7 +232,7 @@ def read_remote_state(api, plan: RepoPlan) -> None:
                 f.status = "unknown"
 
 
-REPORT_EXTRAS = ("report.html", "results.csv", "eval_results.csv")
+REPORT_EXTRAS = (runs.REPORT_PAGE, runs.RESULTS_CSV, runs.EVAL_TABLE)
 """Files of a sweep folder that go to its report repository beside ``report.md`` and its figures, when present."""
 _FIGURE_LINE = re.compile(r"^!\[[^\]]*\]\(([^)\s]+)\)\s*$", re.M)
 
@@ -414,11 +414,11 @@ def _execute_all(api, plans: list[RepoPlan], sweep_plan: SweepPlan | None, priva
             raise
     if sweep_plan:
         name = f"{sweep_plan.namespace}/{sweep_plan.title}"
-        collection = _call(name, "creating the collection", api.create_collection, sweep_plan.title,
+        collection = hub_call(name, "creating the collection", api.create_collection, sweep_plan.title,
                            namespace=sweep_plan.namespace, description=sweep_plan.description, private=private,
                            exists_ok=True)
         for item in [p.repo_id for p in all_plans[len(plans):]] + [p.repo_id for p in plans]:
-            _call(name, f"adding {item} to the collection", api.add_collection_item, collection.slug,
+            hub_call(name, f"adding {item} to the collection", api.add_collection_item, collection.slug,
                   item_id=item, item_type="model", exists_ok=True)
         result["collection"] = collection.slug
         print(f"collection: {collection.url}", file=out)

@@ -18,12 +18,12 @@ checkpoint: ``.metadata`` plus ``__R_S.distcp`` files mixing model and optimizer
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import re
 from dataclasses import dataclass
 
+from depthbench import atomic
 from depthbench.hub.translators import ConversionError
 
 #: (module, name) pairs a checkpoint's ``.metadata`` may build: torch's checkpoint-metadata dataclasses, the dtype /
@@ -194,11 +194,10 @@ def read_release_config(path: str | None) -> dict:
     returned as ``{"model": ...}``."""
     if path is None or not os.path.exists(path):
         return {}
-    with open(path, encoding="utf-8") as f:
-        try:
-            config = json.load(f)
-        except json.JSONDecodeError as exc:
-            raise ConversionError(f"{path} is not valid JSON ({exc})") from None
+    try:
+        config = atomic.read_json(path)
+    except ValueError as exc:  # the message names the file
+        raise ConversionError(str(exc)) from None
     if not isinstance(config, dict):
         return {}
     return config if "model" in config else {"model": config}

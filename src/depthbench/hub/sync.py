@@ -156,7 +156,7 @@ def hub_error(exc: Exception, repo_id: str, doing: str) -> Exception:
     return PublishFailed(f"the Hub failed while {doing} {repo_id} ({detail})")
 
 
-def _call(repo_id: str, doing: str, fn, *args, **kwargs):
+def hub_call(repo_id: str, doing: str, fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` with Hub errors (HTTP answers, lost connections) turned into :func:`hub_error`."""
     from huggingface_hub.errors import HTTPError
 
@@ -181,11 +181,11 @@ def _message(branch: BranchPlan) -> str:
 def update_branch(api, repo_id: str, branch: BranchPlan, head: str) -> str | None:
     """One commit on the existing ``branch`` (at ``head``) making it hold exactly the branch's files (the Hub
     applies a commit whole, and refuses it if the branch moved since ``head``); ``None`` when nothing changed."""
-    diff_branch(branch, _call(repo_id, "reading", remote_files, api, repo_id, head))
+    diff_branch(branch, hub_call(repo_id, "reading", remote_files, api, repo_id, head))
     ops = _ops(branch)
     if not ops:
         return None
-    info = _call(repo_id, f"committing {branch.branch} to", api.create_commit, repo_id, operations=ops,
+    info = hub_call(repo_id, f"committing {branch.branch} to", api.create_commit, repo_id, operations=ops,
                  revision=branch.branch, parent_commit=head, commit_message=_message(branch))
     return info.oid
 
@@ -197,13 +197,13 @@ def create_new_branch(api, repo_id: str, branch: BranchPlan, root: str) -> str:
     An interruption leaves ``branch`` absent; a staging branch left behind (if even its deletion failed) holds
     the initial commit or exactly the branch's files, and the next publish deletes it."""
     staging = STAGING_PREFIX + branch.branch
-    _call(repo_id, f"creating the staging branch {staging} of", api.create_branch, repo_id, branch=staging,
+    hub_call(repo_id, f"creating the staging branch {staging} of", api.create_branch, repo_id, branch=staging,
           revision=root)
     try:
-        diff_branch(branch, _call(repo_id, "reading", remote_files, api, repo_id, root))
-        info = _call(repo_id, f"committing {branch.branch} to", api.create_commit, repo_id, operations=_ops(branch),
+        diff_branch(branch, hub_call(repo_id, "reading", remote_files, api, repo_id, root))
+        info = hub_call(repo_id, f"committing {branch.branch} to", api.create_commit, repo_id, operations=_ops(branch),
                      revision=staging, parent_commit=root, commit_message=_message(branch))
-        _call(repo_id, f"creating the branch {branch.branch} of", api.create_branch, repo_id,
+        hub_call(repo_id, f"creating the branch {branch.branch} of", api.create_branch, repo_id,
               branch=branch.branch, revision=info.oid)
     finally:
         try:
@@ -240,9 +240,9 @@ def execute_repo(api, plan: RepoPlan, private: bool) -> list[str]:
     done: list[str] = []
     commits = []
     try:
-        heads = _call(plan.repo_id, "reading the branches of", remote_heads, api, plan.repo_id) or {}
+        heads = hub_call(plan.repo_id, "reading the branches of", remote_heads, api, plan.repo_id) or {}
         for stale in sorted(b for b in heads if b.startswith(STAGING_PREFIX)):  # left by an interrupted publish
-            _call(plan.repo_id, f"deleting the staging branch {stale} of", api.delete_branch, plan.repo_id,
+            hub_call(plan.repo_id, f"deleting the staging branch {stale} of", api.delete_branch, plan.repo_id,
                   branch=stale)
         root = None
         for branch in tqdm(plan.branches, desc=f"publish {plan.repo_id}", unit="branch"):
@@ -250,7 +250,7 @@ def execute_repo(api, plan: RepoPlan, private: bool) -> list[str]:
                 oid = update_branch(api, plan.repo_id, branch, heads[branch.branch])
             else:
                 if root is None:
-                    history = _call(plan.repo_id, "reading the history of", api.list_repo_commits, plan.repo_id)
+                    history = hub_call(plan.repo_id, "reading the history of", api.list_repo_commits, plan.repo_id)
                     root = history[-1].commit_id
                 oid = create_new_branch(api, plan.repo_id, branch, root)
             commits += [oid] if oid else []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from depthbench import runs
 from depthbench.config import read_config_file
 from depthbench.shapes import grid_shapes
 from depthbench.sweeps.spec import SweepError, SweepSpec, budget_shapes
@@ -78,7 +79,7 @@ def _cmd_sweep(args) -> int:
     spec = spec_from_args(args)
     if args.emit == "slurm":
         path = emit_slurm(spec, args.out, accelerate_args=args.accelerate_args, sbatch=args.sbatch)
-        print(f"wrote {path} ({len(spec.runs())} array tasks) and {os.path.join(args.out, 'runs.txt')}; "
+        print(f"wrote {path} ({len(spec.runs())} array tasks) and {os.path.join(args.out, runs.SLURM_RUNS)}; "
               f"submit with: sbatch {path}; afterwards: depthbench report {args.out}")
         return 0
     rows = run_sweep(spec, args.out, launcher=args.launcher, accelerate_args=args.accelerate_args,

@@ -192,10 +192,10 @@ def run_demo(out: str = DEMO_OUT, steps: int | None = None, overrides: list[str]
     out = out or DEMO_OUT
     t0 = time.time()
     spec = demo_spec(os.path.join(out, "data"), steps=steps, overrides=list(overrides or []))
-    probe = spec.run_config(spec.runs()[0], os.path.join(out, "runs", "probe"))  # bad --set: fail before the data
+    configs = spec.run_configs(out)  # bad --set: fail before the data
     claim_folder(spec, out)  # a folder of another sweep definition: refused before anything is built
-    data_dir = ensure_demo_data(os.path.join(out, "data"), max_vocab=_model_vocab(probe))
-    rows = run_sweep(spec, out, launcher="local", workers=workers)
+    data_dir = ensure_demo_data(os.path.join(out, "data"), max_vocab=_model_vocab(configs[0]))
+    rows = run_sweep(spec, out, launcher="local", workers=workers, configs=configs)
     if sum(r["status"] in runs.DONE_STATUSES for r in rows) < len(spec.runs()):  # stopped by a signal
         print(f"demo stopped before every run finished; `depthbench demo --out {out}` (the same command) continues")
         return 0
@@ -206,12 +206,14 @@ def run_demo(out: str = DEMO_OUT, steps: int | None = None, overrides: list[str]
     print()
     print_table(rows)
     print()
-    for name in ("report.html", "report.md", "results.csv", "results.jsonl", "loss_vs_aspect_ratio.png",
-                 "eval_results.csv", "synthetic_acc_vs_aspect_ratio.png", "analysis_late_fractions.png",
-                 "analysis_logit_lens.png"):
+    from depthbench.analysis.sweep import LATE_FIGURE, LENS_FIGURE
+    from depthbench.evaluation.sweep import SYNTHETIC_PLOT
+
+    for name in (runs.REPORT_PAGE, runs.REPORT, runs.RESULTS_CSV, runs.RESULTS_JSONL, runs.RESULTS_PLOT,
+                 runs.EVAL_TABLE, SYNTHETIC_PLOT, LATE_FIGURE, LENS_FIGURE):
         print(f"  {os.path.join(out, name)}")
-    print(f"  {data_dir} (the corpus), {os.path.join(out, 'runs')} (one folder per run)")
-    print(f"demo finished in {time.time() - t0:.0f}s; open {os.path.join(out, 'report.html')} in a browser")
+    print(f"  {data_dir} (the corpus), {os.path.join(out, runs.RUNS)} (one folder per run)")
+    print(f"demo finished in {time.time() - t0:.0f}s; open {os.path.join(out, runs.REPORT_PAGE)} in a browser")
     return 0
 
 

@@ -45,12 +45,12 @@ def write_report(out_dir: str, *, log: Callable[..., None] = print, plot: bool =
     none exists)."""
     rows = collect_results(out_dir)
     if not rows:
-        raise ReportError(f"no finished or started runs under {os.path.join(out_dir, 'runs')}: nothing to report")
+        raise ReportError(f"no finished or started runs under {os.path.join(out_dir, runs.RUNS)}: nothing to report")
     metrics = result_metrics(rows)
     columns = COLUMNS[:COLUMNS.index("eval_loss")] + [m for m in metrics if m != "eval_loss"] + \
         COLUMNS[COLUMNS.index("eval_loss"):] + ["run_dir"]
     paths = {k: os.path.join(out_dir, name) for k, name in
-             [("csv", "results.csv"), ("jsonl", "results.jsonl"), ("plot", "loss_vs_aspect_ratio.png")]}
+             [("csv", runs.RESULTS_CSV), ("jsonl", runs.RESULTS_JSONL), ("plot", runs.RESULTS_PLOT)]}
     # run folders relative to the sweep folder: the files are shared (the report repository carries results.csv)
     order = [{**r, "run_dir": _relative(r["run_dir"], out_dir)} for r in sorted(rows, key=row_order)]
     table = io.StringIO(newline="")

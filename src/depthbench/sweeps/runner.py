@@ -35,7 +35,6 @@ from collections.abc import Callable
 from typing import Any
 
 from depthbench import atomic, lease, runs
-from depthbench.config import load_run_config
 from depthbench.errors import Failed
 from depthbench.sweeps.report import collect_results, write_report
 from depthbench.sweeps.spec import SweepError, SweepSpec, claim_folder
@@ -55,6 +54,7 @@ def run_sweep(
     wait_for_writer: float = 0.0,
     workers: int = 1,
     threads: int | None = None,
+    configs: list | None = None,
     log: Callable[..., None] = print,
 ) -> list[dict[str, Any]]:
     """Run (or continue) every point of ``spec`` into ``out_dir``; returns the result rows.
@@ -65,6 +65,9 @@ def run_sweep(
     ``accelerate launch <accelerate_args> -m depthbench.cli train ...`` (DDP/FSDP2 per run). A run that diverges
     (non-finite loss) is recorded with status ``diverged`` and the sweep goes on; a run stopped by a signal
     (SIGTERM/SIGINT: checkpointed) stops the sweep, and the next invocation resumes it.
+
+    Each run's config is built once (``configs``: :meth:`SweepSpec.run_configs` of ``out_dir``, built here unless
+    the caller built them), before anything is written, and trained as built.
 
     The launcher holds ``out_dir``'s lease (:mod:`depthbench.lease`) from before the definition is claimed until
     it returns; with another live launcher there it waits up to ``wait_for_writer`` seconds.
@@ -79,9 +82,8 @@ def run_sweep(
         raise SweepError(f"workers={workers!r} is not allowed: workers must be a positive integer")
     if workers > 1 and launcher != "local":
         raise SweepError("workers > 1 needs launcher 'local' (under accelerate each run already has its processes)")
-    data_dir = (spec.base.get("data") or {}).get("data_dir")
-    probe = spec.run_config(spec.runs()[0], os.path.join(out_dir, runs.RUNS, "probe"))
-    data_dir = probe.data.data_dir or data_dir
+    configs = spec.run_configs(out_dir) if configs is None else configs
+    data_dir = configs[0].data.data_dir or (spec.base.get("data") or {}).get("data_dir")
     if not data_dir or not os.path.isfile(os.path.join(data_dir, "meta.json")):
         raise SweepError(f"data.data_dir={data_dir!r} is not a prepared data folder (no meta.json); prepare one with "
                          "`depthbench prepare-data` and pass it with --data (nothing was written)")
@@ -90,28 +92,28 @@ def run_sweep(
     with lease.acquire(out_dir, what="depthbench sweep launcher", wait=wait_for_writer, hint=hint,
                        log=lambda msg: log(f"depthbench sweep: {msg}")):
         claim_folder(spec, out_dir)
-        return _run_points(spec, out_dir, launcher, accelerate_args, workers, threads, log)
+        return _run_points(spec, configs, out_dir, launcher, accelerate_args, workers, threads, log)
 
 
-def _run_points(spec: SweepSpec, out_dir: str, launcher: str, accelerate_args: str, workers: int,
+def _run_points(spec: SweepSpec, configs: list, out_dir: str, launcher: str, accelerate_args: str, workers: int,
                 threads: int | None, log: Callable[..., None]) -> list[dict[str, Any]]:
     """Every point of ``spec`` in turn (finished ones skipped), then the report; the sweep lease is held."""
     points = spec.runs()
     started = time.time()
     todo = []
-    for k, point in enumerate(points, 1):
+    for k, (point, config) in enumerate(zip(points, configs, strict=True), 1):
         run_dir = spec.run_dir(out_dir, point)
         summary = runs.read_summary(run_dir)
         if summary and summary.get("status") in runs.DONE_STATUSES:
             log(f"[{k}/{len(points)}] {point.run_id}: {summary['status']} earlier, skipped")
             continue
         action = "resuming" if summary or runs.is_run(run_dir) else "training"
-        todo.append(Job(f"[{k}/{len(points)}] {point.run_id}", spec.base, spec.run_overrides(point, run_dir), run_dir,
-                        action))
+        todo.append(Job(f"[{k}/{len(points)}] {point.run_id}", config, run_dir, action,
+                        spec.run_overrides(point, run_dir)))
     if workers > 1 and len(todo) > 1:
         status = _run_parallel(todo, out_dir, min(workers, len(todo)), threads, started, log)
     else:
-        status = _run_sequential(todo, out_dir, launcher, accelerate_args, started, log)
+        status = _run_sequential(todo, spec.base, out_dir, launcher, accelerate_args, started, log)
     if status == "stopped":
         log("sweep stopped (the runs in flight are checkpointed); run the same command again to continue")
     paths = write_report(out_dir, log=log)
@@ -119,14 +121,14 @@ def _run_points(spec: SweepSpec, out_dir: str, launcher: str, accelerate_args: s
     return collect_results(out_dir)
 
 
-def _run_sequential(todo: list[Job], out_dir: str, launcher: str, accelerate_args: str, started: float,
-                    log: Callable[..., None]) -> str:
+def _run_sequential(todo: list[Job], base: dict[str, Any], out_dir: str, launcher: str, accelerate_args: str,
+                    started: float, log: Callable[..., None]) -> str:
     for job in todo:
         log(f"{job.label}: {job.action} ({time.time() - started:.0f}s into the sweep)")
         if launcher == "local":
-            status = train_point(job.base, job.overrides, log, job.run_dir)
-        else:
-            status = _train_accelerate(job.base, job.overrides, out_dir, job.run_dir, accelerate_args, log)
+            status = train_point(job.config, log, job.run_dir)
+        else:  # each run's processes build its config again from the sweep's base config and the point's overrides
+            status = _train_accelerate(base, list(job.overrides), out_dir, job.run_dir, accelerate_args, log)
         write_report(out_dir, log=lambda *_: None, plot=False)  # partial results stay visible while the sweep runs
         if status == "stopped":
             return "stopped"
@@ -152,15 +154,16 @@ def _run_parallel(todo: list[Job], out_dir: str, workers: int, threads: int | No
     return run_in_workers(todo, train_point, workers, threads=threads, on_done=on_done, log=log)
 
 
-def train_point(base: dict[str, Any], overrides: list[str], log: Callable[..., None], run_dir: str = "") -> str:
-    """Train one point in this process; returns its status (``finished``, ``diverged`` or ``stopped``)."""
+def train_point(config, log: Callable[..., None], run_dir: str = "") -> str:
+    """Train one point (its built run config) in this process; returns its status (``finished``, ``diverged`` or
+    ``stopped``)."""
     # imported here: the trainer loads torch and accelerate (import cost: `depthbench sweep --emit slurm` and
     # `--launcher accelerate` never train in this process)
     from depthbench.training.errors import CheckpointError, NonFiniteLossError, TrainingError
     from depthbench.training.trainer import train
 
     try:
-        return train(load_run_config(base, overrides))["status"]
+        return train(config)["status"]
     except NonFiniteLossError as exc:
         log(f"  diverged: {exc}")
         return "diverged"
@@ -175,7 +178,7 @@ def train_point(base: dict[str, Any], overrides: list[str], log: Callable[..., N
 def _train_accelerate(base: dict[str, Any], overrides: list[str], out_dir: str, run_dir: str, accelerate_args: str,
                       log: Callable[..., None]) -> str:
     os.makedirs(run_dir, exist_ok=True)
-    base_path = os.path.join(out_dir, "base_config.json")
+    base_path = os.path.join(out_dir, runs.BASE_CONFIG)
     atomic.write_json(base_path, base)
     cmd = ["accelerate", "launch", *shlex.split(accelerate_args), "-m", "depthbench.cli", "train",
            "--config", base_path, *overrides]

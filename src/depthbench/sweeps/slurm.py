@@ -19,16 +19,16 @@ def emit_slurm(spec: SweepSpec, out_dir: str, *, accelerate_args: str = "", sbat
     unfinished run), so the array can simply be resubmitted. Rebuild the report with ``depthbench report <out>``.
     """
     claim_folder(spec, out_dir)
-    base_path = os.path.abspath(os.path.join(out_dir, "base_config.json"))
+    base_path = os.path.abspath(os.path.join(out_dir, runs.BASE_CONFIG))
     atomic.write_json(base_path, spec.base)
     lines = []
     for point in spec.runs():
         run_dir = os.path.abspath(spec.run_dir(out_dir, point))
         lines.append(" ".join(shlex.quote(a) for a in [point.run_id, *spec.run_overrides(point, run_dir)]))
-    runs_path = os.path.abspath(os.path.join(out_dir, "runs.txt"))
+    runs_path = os.path.abspath(os.path.join(out_dir, runs.SLURM_RUNS))
     with open(runs_path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
-    script = os.path.join(out_dir, "sweep.slurm")
+    script = os.path.join(out_dir, runs.SLURM_SCRIPT)
     extra = "".join(f"#SBATCH {line.strip()}\n" for line in sbatch.split(";") if line.strip())
     runs_root = shlex.quote(os.path.join(os.path.abspath(out_dir), runs.RUNS))
     done = ("import json,sys; s=json.load(open(sys.argv[1])); "
@@ -46,7 +46,7 @@ def emit_slurm(spec: SweepSpec, out_dir: str, *, accelerate_args: str = "", sbat
             f'LINE=$(sed -n "${{SLURM_ARRAY_TASK_ID}}p" {shlex.quote(runs_path)})\n'
             'RUN_ID=${LINE%% *}\n'
             'ARGS=${LINE#* }\n'
-            f'SUMMARY={runs_root}/"$RUN_ID"/summary.json\n'
+            f'SUMMARY={runs_root}/"$RUN_ID"/{runs.SUMMARY}\n'
             f'if [ -f "$SUMMARY" ] && python -c {shlex.quote(done)} "$SUMMARY"; then\n'
             '    echo "$RUN_ID: already done, skipped"; exit 0\n'
             "fi\n"

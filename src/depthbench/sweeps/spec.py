@@ -132,6 +132,11 @@ class SweepSpec:
         except ValueError as exc:
             raise SweepError(f"invalid run config for {point.run_id}: {exc}") from None
 
+    def run_configs(self, out_dir: str) -> list:
+        """The validated run config of every point (:meth:`runs` order) in the sweep folder ``out_dir``, each built
+        once: the sweep trains these, and a bad one fails before anything is written."""
+        return [self.run_config(point, self.run_dir(out_dir, point)) for point in self.runs()]
+
 
 def _dedupe(items: list) -> list:
     return list(dict.fromkeys(items))

@@ -29,8 +29,8 @@ from typing import Any
 
 from depthbench.errors import Failed
 
-TrainPoint = Callable[[dict[str, Any], list[str], Callable[..., None], str], str]
-"""How a worker trains a point: ``train(base, overrides, log, run_dir) -> status``
+TrainPoint = Callable[[Any, Callable[..., None], str], str]
+"""How a worker trains a point: ``train(config, log, run_dir) -> status``
 (``depthbench.sweeps.runner.train_point``; a module-level function, so that it pickles by name)."""
 
 CONSOLE_LOG = "console.log"
@@ -44,14 +44,15 @@ class WorkerFailed(Failed, RuntimeError):
 
 @dataclass(frozen=True)
 class Job:
-    """One point to train: its label (the run id), the sweep's base config, the point's overrides and folder, and
-    what happens to it (``training`` or ``resuming``)."""
+    """One point to train: its label (the run id), its run config (built once, by the launcher), its folder, what
+    happens to it (``training`` or ``resuming``) and the overrides of the sweep's base config that make its config
+    (what ``accelerate launch`` passes to each run's processes)."""
 
     label: str
-    base: dict[str, Any]
-    overrides: list[str]
+    config: Any
     run_dir: str
     action: str = "training"
+    overrides: tuple[str, ...] | list[str] = ()
 
 
 def usable_cores() -> int:
@@ -78,7 +79,7 @@ def _train_job(train: TrainPoint, job: Job) -> tuple[str, float]:
     os.makedirs(job.run_dir, exist_ok=True)
     t0 = time.perf_counter()
     with open(os.path.join(job.run_dir, CONSOLE_LOG), "a", encoding="utf-8") as log, _redirected(log):
-        status = train(job.base, job.overrides, lambda *a: print(*a, file=sys.stderr), job.run_dir)
+        status = train(job.config, lambda *a: print(*a, file=sys.stderr), job.run_dir)
     return status, time.perf_counter() - t0
 
 

@@ -92,7 +92,7 @@ class Run:
                 cpu=cpu, mixed_precision=_mixed_precision(cfg, cpu), gradient_accumulation_steps=self.accum,
                 log_with=used or None, step_scheduler_with_optimizer=False,
                 project_config=ProjectConfiguration(project_dir=cfg.output_dir,
-                                                    logging_dir=os.path.join(cfg.output_dir, "tensorboard")))
+                                                    logging_dir=os.path.join(cfg.output_dir, runs.TENSORBOARD)))
         self.main = self.accelerator.is_main_process
         self.fsdp = None if fsdp2 is None else Fsdp2(fsdp2, self.accelerator.device, self.accelerator.mixed_precision)
         return used

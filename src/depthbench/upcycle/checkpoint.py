@@ -9,9 +9,9 @@ sibling and renamed into place, so a failure leaves nothing half-written.
 
 from __future__ import annotations
 
-import json
 import os
 
+from depthbench import atomic
 from depthbench.upcycle.sources import UpcycleError
 
 RECORD = "upcycle.json"
@@ -51,8 +51,7 @@ def save(result, output_dir: str, overwrite: bool = False) -> str:
             model.save_pretrained(folder, safe_serialization=True)
         if result.tokenizer is not None:
             result.tokenizer.save_pretrained(folder)
-        with open(os.path.join(folder, RECORD), "w", encoding="utf-8") as f:
-            json.dump(result.report, f, indent=1)
+        atomic.write_json(os.path.join(folder, RECORD), result.report)
         name = str(result.source.name).split("/")[-1].split(" ")[0]
         write_card(folder, repo_id=f"{name}-{result.arch}-upcycled", upcycle=result.report)
 

@@ -23,7 +23,7 @@ DOMAIN_LABELS = {"coding": "Coding", "stem": "STEM", "math": "Math"}
 
 def _nll(run_dir: str, tasks: dict[str, str]) -> dict[str, float]:
     """The run's completion NLL per domain from ``eval/results.json`` (only the domains it was evaluated on)."""
-    results = (atomic.read_json(os.path.join(run_dir, "eval", "results.json")) or {}).get("results", {})
+    results = (atomic.read_json(os.path.join(run_dir, runs.EVAL, runs.EVAL_RESULTS)) or {}).get("results", {})
     return {dom: results[task]["nll,none"] for dom, task in tasks.items() if "nll,none" in results.get(task, {})}
 
 

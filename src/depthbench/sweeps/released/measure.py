@@ -10,6 +10,7 @@ from typing import Any
 from depthbench import atomic, runs
 from depthbench.errors import Failed
 from depthbench.hub.catalogue import CatalogueError, load_published, published_loss
+from depthbench.hub.convert import CONVERSION_RECORD
 from depthbench.sweeps.released.selection import Target
 
 
@@ -156,7 +157,7 @@ def measure_release(target: Target, run_dir: str, m: Measurement, hub: Hub, shar
     config = model.config
     counts = config.parameter_counts() if hasattr(config, "parameter_counts") else {
         "total": sum(p.numel() for p in model.parameters())}
-    conversion = atomic.read_json(os.path.join(model.name_or_path, "depthbench_conversion.json"))
+    conversion = atomic.read_json(os.path.join(model.name_or_path, CONVERSION_RECORD))
     write_run_config(run_dir, target, step, config.to_dict(), counts, conversion)
     seq_len = m.seq_len or int(config.max_position_embeddings)
     with tqdm(desc=f"  held-out loss ({seq_len}-token windows)", unit="window", dynamic_ncols=True) as bar:
