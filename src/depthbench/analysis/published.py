@@ -19,10 +19,10 @@ import os
 from typing import Any
 
 from depthbench import atomic
+from depthbench.hub.convert import CONVERSION_RECORD
 
 logger = logging.getLogger(__name__)
 
-CONVERSION_RECORD = "depthbench_conversion.json"  # depthbench.hub.convert writes it next to every conversion
 SUMMARY_FILE = "published.json"
 
 
