@@ -123,9 +123,9 @@ def test_sigterm_to_every_process_then_elastic_resume_in_one_process(data_dir, t
         assert b[s] == pytest.approx(a[s], abs=1e-5), s
 
 
-@pytest.mark.slow  # a second torchrun launch (~40 s); the preempt signal itself is tested in one process in
-# test_preempt_signal_and_repeated_signals_checkpoint_once below, the all-rank agreement by the SIGTERM test above (rank 0's flag stops rank 1
-# there too)
+@pytest.mark.slow  # a second torchrun launch (~40 s); the preempt signal itself is tested in one process by
+# test_preempt_signal_and_repeated_signals_checkpoint_once below, the all-rank agreement by the SIGTERM test
+# above (rank 0's flag stops rank 1 there too)
 def test_preempt_signal_to_one_rank_stops_both(data_dir, tmp_path):
     cfg = run_dict(data_dir, tmp_path / "run")
 
