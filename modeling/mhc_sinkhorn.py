@@ -73,7 +73,7 @@ def sinkhorn_inference(z: torch.Tensor, num_iters: int) -> torch.Tensor:
     domain), stopping early once the matrices are doubly stochastic to rounding: when every column of the
     probabilities sums to 1 within :data:`SINKHORN_TOLERANCE_ULPS` ulps after a round (rows are exact after each
     round), further rounds only repeat normalisations that change nothing beyond rounding, so the result equals the
-    full ``num_iters`` rounds within ~1e-6 in fp32 (``tests/modeling/residuals/test_hc_inference_paths.py``). The
+    full ``num_iters`` rounds within ~1e-6 in fp32 (``tests/modeling/test_mhc_sinkhorn.py``). The
     check (a
     few kernels and host syncs) runs after rounds 1 and 2, and then once more only where the error's geometric
     decay between them predicts convergence before ``num_iters``; the exit always rests on a measured error. At the

@@ -338,7 +338,7 @@ class HCResidual(Residual):
         from one GEMM, ``[A | β] = static + c · tanh((H W) / rms(H))`` in one fused multiply-add, then
         ``[u; R; ·] = [A | β]ᵀ H`` in one batched matmul (its last row is unused) and ``H' = R + β · F(N(u))`` in one
         addcmul. Equal to the differentiable path up to float rounding
-        (``tests/modeling/residuals/test_hc_inference_paths.py``).
+        (``tests/modeling/test_fast_path.py``).
         """
         n, d = self.num_streams, stream.shape[-1]
         proj, static, gates, eps = derived_weights(

@@ -296,7 +296,7 @@ class MHCResidual(Residual):
         fused multiply-add, one sigmoid for H_pre and H_post, Sinkhorn with an early exit
         (:func:`sinkhorn_inference`), one bmm each for the branch input and the carried streams and one addcmul for
         the depth connection. The static variant's maps are input-independent and cached. Equal to the
-        differentiable path up to float rounding (``tests/modeling/residuals/test_hc_inference_paths.py``)."""
+        differentiable path up to float rounding (``tests/modeling/test_fast_path.py``)."""
         if not self.dynamic:
             width, depth = derived_weights(self, "inference", self._fast_weights, self.bias)
             return hyper_connection_update(stream, width, depth, norm, branch)

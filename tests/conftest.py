@@ -69,6 +69,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
+def train_data(tmp_path_factory) -> Path:
+    """A small prepared corpus (``tests.helpers.make_train_data``: train, eval and eval_synthetic splits, a 300-token
+    tokenizer), built once per session for the tests of the trainer's parts; a test that alters it copies it first
+    (``tests.tiny_runs.copy_data``)."""
+    from tests.helpers import make_train_data
+
+    return make_train_data(tmp_path_factory.mktemp("train_data") / "data")
+
+
+@pytest.fixture(scope="session")
 def selected_arch_ids(request: pytest.FixtureRequest) -> list[str]:
     """Architecture ids the collected tests are parametrized with, in registry order (all ids if none)."""
     from tests.helpers import ARCH_IDS

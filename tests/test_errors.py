@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 
 import pytest
 
@@ -10,6 +11,7 @@ from depthbench.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, exit_code, run_c
 from depthbench.sweeps.runner import SweepRunFailed
 from depthbench.sweeps.spec import SweepError
 from depthbench.training.errors import CheckpointError, CheckpointWriteError, NonFiniteLossError
+from tests.helpers import TINY_FIELDS
 
 
 @pytest.mark.parametrize("exc, code", [
@@ -74,3 +76,18 @@ def test_under_a_launcher_bad_input_is_printed_by_rank_0_alone(capsys, monkeypat
         monkeypatch.setenv("RANK", rank)
         assert run_command("train", raising(exc), None) == code
         assert capsys.readouterr().err == err, (rank, exc)
+
+
+def test_exit_codes_follow_one_convention(train_data, tmp_path, capsys):
+    from depthbench.cli import main
+
+    base = ["--arch", "pre_ln", "--data", str(train_data), "-o", str(tmp_path / "run"), "data.seq_len=32",
+            f"model.fields={json.dumps(TINY_FIELDS)}"]
+    assert main(["train", *base, "optim.lr=inf"]) == 2  # bad config
+    assert "optim.lr=inf is not allowed" in capsys.readouterr().err
+    assert main(["train", *base, "--resume"]) == 2  # nothing to resume: bad usage
+    assert main(["prepare-data", str(tmp_path / "missing.txt"), "--tokenizer", str(train_data / "tokenizer"),
+                 "-o", str(tmp_path / "p")]) == 2
+    assert main(["sweep", "--archs", "nope", "--shapes", "tiny-L2", "--data", str(train_data),
+                 "--out", str(tmp_path / "s")]) == 2
+    assert exit_code(NonFiniteLossError("x")) == 1 and exit_code(CheckpointError("x")) == 2

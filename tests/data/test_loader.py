@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from depthbench.data import TokenShards, TokenWindows, WindowLoader, prepare_data
+from depthbench.config import load_run_config
+from depthbench.data import DataError, TokenShards, TokenWindows, WindowLoader, load_meta, prepare_data, verify_data
+from depthbench.training.trainer import train
 from tests.helpers import pydoc_paragraphs, write_jsonl
+from tests.tiny_runs import copy_data, tiny_run
 
 
 def test_truncated_or_corrupt_shard_names_the_file(tmp_path, tok):
@@ -169,3 +173,64 @@ def test_loader_validation(prepared):
     with pytest.raises(StopIteration):
         next(it)
     assert loader.position == 4
+
+
+def _flip_token(shard: Path, offset: int, value: int) -> None:
+    ids = np.fromfile(shard, dtype="<u2")
+    ids[offset] = value
+    st = shard.stat()
+    ids.tofile(shard)
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))  # keep the mtime: only a full check can see it
+
+
+def test_shard_hash_is_verified_incrementally_and_on_demand(train_data, tmp_path):
+    data = copy_data(train_data, tmp_path / "data")
+    first = verify_data(str(data), progress=False)
+    cache = json.loads((data / ".verified.json").read_text())
+    assert set(cache) == set(first) and all("max_id" in v for v in cache.values())
+    shard = data / "train" / "shard_00000.bin"
+    original = int(np.fromfile(shard, dtype="<u2")[10])
+    _flip_token(shard, 10, (original + 1) % 300)  # another valid id, same size, same mtime
+    verify_data(str(data), progress=False)  # cached: path, size and mtime unchanged, not re-read
+    with pytest.raises(DataError, match=r"shard_00000.bin is corrupt: its sha256 differs from .*meta.json"):
+        verify_data(str(data), force=True, progress=False)
+    os.utime(shard)  # a normal edit changes the mtime: the cached check re-hashes that shard
+    with pytest.raises(DataError, match="shard_00000.bin is corrupt"):
+        verify_data(str(data), progress=False)
+    out = tmp_path / "run"
+    with pytest.raises(DataError, match="shard_00000.bin is corrupt"):  # train checks before step 1
+        train(load_run_config(tiny_run(data, out), ["train.max_steps=1"]))
+    with pytest.raises(DataError, match="shard_00000.bin is corrupt"):  # --verify-data ignores the cache
+        train(load_run_config(tiny_run(data, out), ["train.max_steps=1", "data.verify=always"]))
+
+
+@pytest.mark.parametrize("verify", ["cached", "off"])
+def test_out_of_vocab_token_ids_are_refused_naming_shard_and_offset(train_data, tmp_path, verify):
+    data = copy_data(train_data, tmp_path / "data")
+    shard = data / "train" / "shard_00000.bin"
+    ids = np.fromfile(shard, dtype="<u2")
+    ids[1234:] = 4000  # the model has 300 ids: tokenized with another tokenizer from offset 1234 on
+    ids.tofile(shard)
+    meta = load_meta(str(data))  # a consistent folder (hash matches), just the wrong vocabulary
+    import hashlib
+
+    meta["splits"]["train"]["shards"][0]["sha256"] = hashlib.sha256(shard.read_bytes()).hexdigest()
+    (data / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match=r"shard_00000.bin holds token id 4000 at token offset (\d+) \(byte \d+\), "
+                                        r"outside the model's vocabulary \(vocab_size=300\)") as info:
+        train(load_run_config(tiny_run(data, tmp_path / "run"), ["checkpoint.every=0", f"data.verify={verify}"]))
+    offset = int(str(info.value).split("token offset ")[1].split(" ")[0])
+    if verify == "cached":  # checked before training: the first bad id of the shard
+        assert offset == 1234 and not (tmp_path / "run" / "metrics.jsonl").exists()
+    else:  # checked per batch: the first bad id of the window that met it
+        assert offset >= 1234 and ids[offset] == 4000
+
+
+def test_corrupt_meta_json_names_the_file(train_data, tmp_path):
+    data = copy_data(train_data, tmp_path / "data")
+    text = (data / "meta.json").read_text()
+    (data / "meta.json").write_text(text[: len(text) // 2])
+    with pytest.raises(DataError, match=rf"{data / 'meta.json'} is corrupt \(not valid JSON: "):
+        TokenShards(str(data))
+    with pytest.raises(DataError, match="meta.json is corrupt"):
+        train(load_run_config(tiny_run(data, tmp_path / "run")))

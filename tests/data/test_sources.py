@@ -178,3 +178,16 @@ def test_binary_json_names_the_byte(tmp_path, monkeypatch):
         monkeypatch.setattr(sources._JsonStream, "_READ", window)
         with pytest.raises(ValueError, match=rf"bin\.json: not UTF-8 text \(byte 0xff at position {at}\)"):
             list(sources._iter_json(str(path), "text"))
+
+
+@pytest.mark.parametrize("name, content, match", [
+    ("binary.txt", b"fine line\n\x89PNG\r\n\x1a\n\x00\xff\xfe", r"binary.txt:2: not UTF-8 text .*binary file"),
+    ("bad.jsonl", b'{"text": "a"}\n{"text": "b"}\n{"text": "c\n', r"bad.jsonl:3: malformed JSON line"),
+    ("bad.jsonl", b'{"text": "a"}\n\xff\n', r"bad.jsonl:2: not UTF-8 text"),
+])
+def test_bad_input_files_name_the_file_and_line(tmp_path, name, content, match):
+    from tests.helpers import make_tokenizer
+
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(ValueError, match=match):
+        prepare_data([str(tmp_path / name)], make_tokenizer(), str(tmp_path / "out"), progress=False)

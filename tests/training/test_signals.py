@@ -24,8 +24,10 @@ from pathlib import Path
 import pytest
 
 from depthbench.config import load_run_config
+from depthbench.training import run as run_mod
 from depthbench.training.trainer import train
 from tests.helpers import TINY_FIELDS, make_train_data
+from tests.tiny_runs import tiny_run
 
 
 @pytest.fixture(scope="module")
@@ -121,9 +123,9 @@ def test_sigterm_to_every_process_then_elastic_resume_in_one_process(data_dir, t
         assert b[s] == pytest.approx(a[s], abs=1e-5), s
 
 
-@pytest.mark.slow  # a second torchrun launch (~40 s); the preempt signal itself is tested in one process in
-# tests/training/test_reliability.py, the all-rank agreement by the SIGTERM test above (rank 0's flag stops rank 1
-# there too)
+@pytest.mark.slow  # a second torchrun launch (~40 s); the preempt signal itself is tested in one process by
+# test_preempt_signal_and_repeated_signals_checkpoint_once below, the all-rank agreement by the SIGTERM test
+# above (rank 0's flag stops rank 1 there too)
 def test_preempt_signal_to_one_rank_stops_both(data_dir, tmp_path):
     cfg = run_dict(data_dir, tmp_path / "run")
 
@@ -136,3 +138,26 @@ def test_preempt_signal_to_one_rank_stops_both(data_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_one_checkpoint_from_both_ranks(out)
     assert "SIGUSR1 received: checkpointing after the current step" in proc.stderr
+
+
+def test_preempt_signal_and_repeated_signals_checkpoint_once(train_data, tmp_path, monkeypatch, capsys):
+    import signal
+
+    real, calls = run_mod.forward_loss, {"n": 0}
+
+    def signalling(model, ids):  # the scheduler's warning arrives during step 2, then two more stop signals
+        calls["n"] += 1
+        if calls["n"] == 3:
+            for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+                os.kill(os.getpid(), sig)
+        return real(model, ids)
+
+    monkeypatch.setattr(run_mod, "forward_loss", signalling)
+    # (SIGINT is Python's default_int_handler in a terminal, SIG_IGN when the tests run as a background job)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)}
+    out = tmp_path / "run"
+    summary = train(load_run_config(tiny_run(train_data, out), ["checkpoint.every=0"]))
+    assert summary["status"] == "stopped" and summary["stopped_by"] == "SIGUSR1" and summary["steps"] == 2
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["ckpt-000002", "latest"]
+    assert capsys.readouterr().err.count("received: checkpointing after the current step") == 1
+    assert {sig: signal.getsignal(sig) for sig in before} == before  # handlers restored afterwards

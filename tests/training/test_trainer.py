@@ -1,4 +1,4 @@
-"""Tests of ``depthbench train``: run configs, the recipe (schedule, no-decay groups), an end-to-end run (metrics,
+"""Tests of ``depthbench train``: the recipe (schedule, no-decay groups), an end-to-end run (metrics,
 eval splits, layer stats, checkpoints, HF export, TensorBoard, profile), token budgets, NaN handling, bad inputs
 and the CLI.
 
@@ -43,47 +43,6 @@ def tiny_run(data_dir: Path, out: Path, *overrides: str):
 
 def read_metrics(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
-
-
-# ================================================================================================ run config
-def test_load_run_config_from_yaml_json_and_overrides(tmp_path):
-    (tmp_path / "run.yaml").write_text("model:\n  arch: pre_ln\n  shape: tiny-L4\ntrain:\n  max_steps: 5\n"
-                                       "optim:\n  lr: 1.0e-3\n")
-    cfg = load_run_config(tmp_path / "run.yaml", ["train.max_steps=100", "optim.betas=[0.8, 0.9]",
-                                                  "model.fields.hidden_size=64", "track.tensorboard=true"])
-    assert cfg.train.max_steps == 100 and cfg.optim.lr == 1e-3 and cfg.optim.betas == [0.8, 0.9]
-    assert cfg.model.shape == "tiny-L4" and cfg.model.fields == {"hidden_size": 64} and cfg.track.tensorboard is True
-    assert cfg.optim.weight_decay == 0.1 and cfg.optim.eps == 1e-8 and cfg.optim.grad_clip == 1.0  # recipe defaults
-    (tmp_path / "run.json").write_text(json.dumps(cfg.to_dict()))
-    assert load_run_config(tmp_path / "run.json").to_dict() == cfg.to_dict()
-    # a saved run_config.json ({"config": ..., "resolved": ...}) loads as well
-    (tmp_path / "run_config.json").write_text(json.dumps({"config": cfg.to_dict(), "resolved": {}}))
-    assert load_run_config(tmp_path / "run_config.json").to_dict() == cfg.to_dict()
-
-
-@pytest.mark.parametrize("overrides, match", [
-    (["train.max_stepz=3"], "train.max_stepz"),
-    (["nonsense"], "section.key=value"),
-    (["train.max_steps=3", "train.max_tokens=1000"], "not both"),
-    (["train.mixed_precision=fp8"], "train.mixed_precision"),
-    (["optim.betas=[0.9]"], "optim.betas"),
-    (["train.max_steps=0"], "train.max_steps"),
-    (["model.compile_scope=graph"], "model.compile_scope='graph' is not allowed: .* one of layers, model"),
-])
-def test_bad_run_config_names_the_key(overrides, match):
-    with pytest.raises(RunConfigError, match=match):
-        load_run_config({}, overrides)
-
-
-def test_shipped_run_files_load():
-    files = sorted(CONFIG_DIR.glob("*.yaml"))
-    run_files = [f for f in files if f.name != "fsdp2.yaml"]
-    assert {"demo.yaml", "400m.yaml"} <= {f.name for f in run_files}
-    for f in run_files:
-        cfg = load_run_config(f)
-        assert cfg.model.arch and cfg.train.global_batch_size % cfg.train.micro_batch_size == 0
-    fsdp = json.loads(json.dumps(__import__("yaml").safe_load((CONFIG_DIR / "fsdp2.yaml").read_text())))
-    assert fsdp["distributed_type"] == "FSDP" and fsdp["fsdp_config"]["fsdp_version"] == 2
 
 
 # ================================================================================================ recipe

@@ -2,7 +2,7 @@
 hand-written per-run results (no model): one depth is a bar per architecture (lines of one point each would lie on
 one another), and the table's late-layer columns name the threshold they count against.
 
-Run: ``python -m pytest tests/analysis/test_sweep_figures.py -q``
+Run: ``python -m pytest tests/analysis/test_sweep.py -q``
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ are told from per-step ones, and a shape is matched by its config.json (the HC L
 300M-backbone shape). A network failure in the middle and an endpoint that is down leave the previous overlay
 byte for byte, with a one-line error and a non-zero exit.
 
-Run: ``python -m pytest tests/hub/test_released_sync.py -q``
+Run: ``python -m pytest tests/hub/test_listing.py -q``
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ are analysed; a test catalogue names them at the ``tiny-L4`` shape and the packa
 (their values and sources unchanged), so the metric JSONs and ``published.json`` must show the study's value beside
 ours with its source. A copy of the same model that names no release gets none.
 
-Run: ``python -m pytest tests/analysis/test_published_layer_figures.py -q``
+Run: ``python -m pytest tests/analysis/test_published.py -q``
 """
 
 from __future__ import annotations
