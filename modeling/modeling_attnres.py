@@ -88,9 +88,9 @@ class AttnResConfig(DepthBenchConfig):
     model_type = "depthbench_attnres"
     upcycle_start = "bounded"
     upcycle_knob = "attnres_mix_eps"
-    upcycle_reason = ("with zero queries each mix is the Pre-LN stream divided by its number of sources n, which the "
-                      "next RMSNorm removes up to its eps: the norm sees eps * n^2 where Pre-LN sees eps "
-                      "(attnres_mix_eps tightens it)")
+    upcycle_reason = ("with zero queries each mix is the Pre-LN stream over its n sources, so every norm's output is "
+                      "Pre-LN's times sqrt((m + eps) / (m + n^2 eps')) exactly (m: the token's mean square); the "
+                      "bound is the source's deviation with those factors applied, plus 1e-5 rounding")
 
     def upcycle_source_counts(self) -> list[int]:
         """Sources each mixing norm reads (sublayers 1 .. 2L-1, then the final mix) under the bank/partial recursion

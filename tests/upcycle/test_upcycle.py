@@ -41,6 +41,10 @@ def test_every_architecture_declares_its_start_in_its_own_file():
         owner = next(k for k in cls.__mro__ if "upcycle_start" in k.__dict__)
         assert owner.__module__ == cls.__module__ or cls.upcycle_start == "changes", arch_id  # its own file
         assert (cls.upcycle_knob is not None) == (cls.upcycle_start == "bounded"), arch_id
+        why = next(k for k in cls.__mro__ if "upcycle_reason" in k.__dict__)
+        assert why.__module__ == cls.__module__, f"{arch_id} states no reason of its own"  # not the base's
+    reasons = [spec.config_class.upcycle_reason for a, spec in ARCHITECTURES.items() if a in CHANGES]
+    assert len(set(reasons)) == len(reasons)  # one reason per function-changing architecture
     assert {"pre_ln", "hc", "denseformer"} <= set(EXACT) and {"mhc", "attnres", "block_attnres"} <= set(BOUNDED)
 
 
