@@ -9,21 +9,27 @@ architecture, with a measured start.
 
 What happens (each step refuses with a one-line :class:`~depthbench.upcycle.sources.UpcycleError` on bad input):
 
-1. the source is loaded in fp32 and its family checked (:mod:`depthbench.upcycle.sources`);
+1. the source is loaded in fp32 and its family checked (:mod:`depthbench.upcycle.sources`); a local GGUF file is
+   parsed once (one ``gguf.GGUFReader`` serves transformers' config, weight and tokenizer loaders, the license and
+   the sha256);
 2. its config becomes depthbench backbone fields, plus the architecture's own start fields
    (``config_class.upcycle_fields``) and the caller's ``overrides`` (e.g. a bounded start's knob);
-3. a fresh model of the architecture is built (its own init: the extra parameters at their defaults, which are the
-   function-preserving start where one exists), then every source tensor is copied in by name. With
-   ``grow_depth=K`` K new blocks are placed among the source's (``grow_mode``), keep the architecture's init except
-   for their output projections (``o_proj``, ``down_proj``), which are zero: under every additive design such a block
-   adds nothing at step 0;
-4. the architecture's hook ``config.upcycle_state`` adjusts the tensors where its start needs it (LNS folds its
-   depth scale into the norm gains);
-5. the start is measured against the source run by transformers itself on a built-in English sample (tokenized with
-   the source's tokenizer; seeded random tokens when there is none): the relative logits deviation and the
-   step-0 loss change. A start the architecture declares exact but that deviates by more than
-   :data:`EXACT_TOLERANCE`, or a bounded one outside its bound, is an error (nothing is returned that claims more
-   than it holds); a function-changing start needs ``allow_function_change=True``.
+3. every source tensor is mapped by name (checked against the architecture's names and shapes, read from a model
+   on the meta device). With ``grow_depth=K`` K new blocks are placed among the source's (``grow_mode``); their
+   output projections (``o_proj``, ``down_proj``) are zero: under every additive design such a block adds nothing
+   at step 0. The architecture's hook ``config.upcycle_state`` adjusts the tensors where its start needs it (LNS
+   folds its depth scale into the norm gains);
+4. the source, run by transformers itself, gives its logits and loss on a built-in English sample (tokenized with
+   the source's tokenizer; seeded random tokens when there is none) and, for a bounded start, what the bound needs
+   (``upcycle_norm_factor``: the source run again with the start's per-norm factors); then the source is dropped;
+5. the upcycled model is built by transformers' loading path (``from_pretrained(None, config=..., state_dict=...)``:
+   on the meta device, the mapped tensors put in place by reference, only the missing ones -- the architecture's
+   extra parameters, the new blocks' other weights -- allocated and given the architecture's own init, seeded; a
+   caller's model object is cloned first, never aliased);
+6. the start is measured: the relative logits deviation from the source's and the step-0 loss change. A start the
+   architecture declares exact but that deviates by more than :data:`EXACT_TOLERANCE`, or a bounded one outside
+   its bound, is an error (nothing is returned that claims more than it holds); a function-changing start needs
+   ``allow_function_change=True``.
 """
 
 from __future__ import annotations
@@ -330,6 +336,9 @@ def rescaled_source_deviation(source, ids, layout: list, config, ref_logits) -> 
     import torch
 
     positions = _norm_positions(layout)
+    probe = torch.ones(1, 1)
+    if all(config.upcycle_norm_factor(i, probe) is None for i in positions.values()):
+        return None  # no norm is rescaled (e.g. mHC): no second forward
     hooks, applied = [], []
     for name, module in source.named_modules():
         index = positions.get(name)
