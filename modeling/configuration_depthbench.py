@@ -218,10 +218,19 @@ class DepthBenchConfig(PretrainedConfig):
         """Turn a Pre-LN state dict (Llama names, this config's depth) into this architecture's start, in place.
         ``new_blocks`` are the indices of grown blocks (zero output projections). Nothing to do here."""
 
-    def upcycle_bound(self, norm_input_mean_square: list[float]) -> float | None:
+    def upcycle_norm_factor(self, index: int, mean_square):
+        """For a start that is exactly Pre-LN with some norms' outputs rescaled per token: the factor of norm
+        ``index`` (sublayer norms 0 .. 2L-1 in order, then the final norm at 2L) given its input's per-token mean
+        square (a ``[..., 1]`` fp32 tensor); ``None`` where the norm is unchanged (here: every norm). ``depthbench
+        upcycle`` runs the source in transformers with these factors applied, which computes the start's function
+        with transformers' own modules, and hands the measured deviation of that run to :meth:`upcycle_bound`."""
+        return None
+
+    def upcycle_bound(self, norm_input_mean_square: list[float], rescaled_deviation: float | None = None):
         """The bound of a ``"bounded"`` start on ``max |logits - source logits| / max |source logits|``, given
         the smallest per-token mean square of the Pre-LN stream at each norm input (sublayer norms in order, then
-        the final norm), measured on the source; ``None`` for the other starts."""
+        the final norm), measured on the source, and the deviation of the source run with
+        :meth:`upcycle_norm_factor` applied (``None`` when no norm has a factor); ``None`` for the other starts."""
         return None
 
     # ------------------------------------------------------------------------------------------ parameter counts

@@ -88,9 +88,9 @@ class AttnResConfig(DepthBenchConfig):
     model_type = "depthbench_attnres"
     upcycle_start = "bounded"
     upcycle_knob = "attnres_mix_eps"
-    upcycle_reason = ("with zero queries each mix is the Pre-LN stream divided by its number of sources n, which the "
-                      "next RMSNorm removes up to its eps: the norm sees eps * n^2 where Pre-LN sees eps "
-                      "(attnres_mix_eps tightens it)")
+    upcycle_reason = ("with zero queries each mix is the Pre-LN stream over its n sources, so every norm's output is "
+                      "Pre-LN's times sqrt((m + eps) / (m + n^2 eps')) exactly (m: the token's mean square); the "
+                      "bound is the source's deviation with those factors applied, plus 1e-5 rounding")
 
     def upcycle_source_counts(self) -> list[int]:
         """Sources each mixing norm reads (sublayers 1 .. 2L-1, then the final mix) under the bank/partial recursion
@@ -100,16 +100,27 @@ class AttnResConfig(DepthBenchConfig):
             counts.append(1 + j // size + (1 if j % size else 0))
         return counts
 
-    def upcycle_bound(self, norm_input_mean_square: list[float]) -> float:
-        """Rounding allowance plus, per mixing norm, the first-order relative change of its output: a uniform mix is
-        x / n, so the norm computes x / sqrt(m + n^2 eps') instead of Pre-LN's x / sqrt(m + eps), with m the
-        stream's smallest per-token mean square; summed over the norms (each sublayer carries a relative error
-        of its input on, and the norms keep it from growing)."""
+    def upcycle_norm_factor(self, index: int, mean_square):
+        """With zero queries the mix read by norm ``index`` is the Pre-LN stream x over its n sources (every source
+        weighs exactly 1/n), so the norm computes g x / sqrt(m + n^2 eps') where Pre-LN computes g x / sqrt(m + eps)
+        (m: the token's mean square of x; eps': the mix eps): Pre-LN's output times sqrt((m + eps) / (m + n^2 eps')),
+        exactly. Block 0's attention norm reads the raw embedding with Pre-LN's eps: unchanged (``None``)."""
+        if index == 0:
+            return None
+        n = self.upcycle_source_counts()[index - 1]
         eps, mix_eps = float(self.rms_norm_eps), self.resolved_mix_eps
-        total = 0.0
-        for n, m in zip(self.upcycle_source_counts(), norm_input_mean_square[1:]):
-            total += abs(((m + eps) / (m + n * n * mix_eps)) ** 0.5 - 1.0)
-        return 1e-5 + total
+        return ((mean_square + eps) / (mean_square + n * n * mix_eps)).sqrt()
+
+    def upcycle_bound(self, norm_input_mean_square: list[float], rescaled_deviation: float | None = None) -> float:
+        """The deviation of the source run with every norm rescaled by :meth:`upcycle_norm_factor` (the start's
+        function, computed by transformers' own modules) plus 1e-5, the fp32 rounding an exact start may show (the
+        two compute the same function in a different order: the mix sums the sources with weights 1/n). A rigorous
+        statement given that identity: |dev - rescaled| <= |logits - rescaled logits| / max |source logits|,
+        which is rounding only. The knob: a smaller ``attnres_mix_eps`` takes n^2 eps' from far above Pre-LN's eps
+        (n up to 2L + 1) to below it, so every factor moves towards 1 and the bound with it."""
+        if rescaled_deviation is None:
+            raise ValueError("the AttnRes bound needs the deviation of the source run with the rescaled norms")
+        return 1e-5 + float(rescaled_deviation)
 
     def __init__(self, attnres_mix_eps: float | None = None, **kwargs):
         self.attnres_mix_eps = attnres_mix_eps

@@ -68,6 +68,9 @@ class DeepNormConfig(DepthBenchConfig):
     """
 
     model_type = "depthbench_deepnorm"
+    upcycle_start = "changes"
+    upcycle_reason = ("Post-LN with the skip path weighted by alpha = (2N)^(1/4) and no pre-norm: the branches read "
+                      "the raw stream and every add is renormalised, with the stream counted alpha times")
 
     def __init__(
         self,

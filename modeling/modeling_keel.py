@@ -51,6 +51,9 @@ class KeelConfig(DepthBenchConfig):
     """
 
     model_type = "depthbench_keel"
+    upcycle_start = "changes"
+    upcycle_reason = ("Post-LN with a Highway skip alpha = 2L after block 0: each add alpha x + F(N(x)) is "
+                      "renormalised, so the branches the source trained at weight 1 count about 1/alpha")
 
     def __init__(self, keel_alpha: float | None = None, **kwargs):
         self.keel_alpha = keel_alpha

@@ -101,7 +101,7 @@ class MHCConfig(DepthBenchConfig):
                       "readout); the branch input is c x with c = sigmoid(g) + (n-1) sigmoid(-g), which the norm "
                       "removes up to its eps (a larger mhc_init_gap g tightens it)")
 
-    def upcycle_bound(self, norm_input_mean_square: list[float]) -> float:
+    def upcycle_bound(self, norm_input_mean_square: list[float], rescaled_deviation: float | None = None) -> float:
         """Rounding allowance of the n-stream sums (n x 1e-5) plus, per sublayer, the first-order relative change
         of its normed branch input c x: |sqrt((m + eps) / (m + eps / c^2)) - 1| with m the Pre-LN stream's smallest
         per-token mean square."""

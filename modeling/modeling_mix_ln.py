@@ -48,6 +48,9 @@ class MixLNConfig(DepthBenchConfig):
     """
 
     model_type = "depthbench_mix_ln"
+    upcycle_start = "changes"
+    upcycle_reason = ("the first floor(mix_ln_fraction * L) blocks are Post-LN (their adds are renormalised, their "
+                      "branches read the raw stream); only mix_ln_fraction = 0, which is Pre-LN, would be exact")
 
     def __init__(self, mix_ln_fraction: float = 0.25, **kwargs):
         self.mix_ln_fraction = mix_ln_fraction

@@ -104,6 +104,10 @@ class MoDAConfig(DepthBenchConfig):
     """
 
     model_type = "depthbench_moda"
+    upcycle_start = "changes"
+    upcycle_reason = ("every attention also attends over the same token's depth keys (earlier blocks' keys and the "
+                      "new kv_proj outputs), which take softmax mass from the sequence keys the source trained on; "
+                      "moda_depth = False would be Pre-LN")
 
     def __init__(self, moda_post_norm: bool = False, moda_depth: bool = True, **kwargs):
         self.moda_post_norm = moda_post_norm

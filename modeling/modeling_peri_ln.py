@@ -49,6 +49,9 @@ class PeriLNConfig(DepthBenchConfig):
     """
 
     model_type = "depthbench_peri_ln"
+    upcycle_start = "changes"
+    upcycle_reason = ("Pre-LN plus a norm on every sublayer output: each branch adds a vector of RMS gamma_out = 1 "
+                      "instead of the size the source trained it to add")
 
     def __init__(self, peri_ln_embedding_norm: bool = False, **kwargs):
         self.peri_ln_embedding_norm = peri_ln_embedding_norm

@@ -43,6 +43,10 @@ class PostLNConfig(DepthBenchConfig):
     """
 
     model_type = "depthbench_post_ln"
+    upcycle_start = "changes"
+    upcycle_reason = ("the norm moves behind the add (x <- N(x + F(x))): the branches read the raw stream and every "
+                      "block's output is renormalised, where the source's weights were trained on a growing, "
+                      "un-normalised stream")
 
 
 class PostLNResidual(Residual):

@@ -113,3 +113,21 @@ def test_an_output_folder_holding_another_model_is_refused(source_dir, tmp_path,
     assert "pass --overwrite" in capsys.readouterr().err
     assert main(["upcycle", folder, "-o", str(out), "--arch", "hc", "--overwrite"]) == 0
     assert json.loads((out / "upcycle.json").read_text())["arch"] == "hc"
+
+
+def test_help_and_docs_state_each_architectures_own_start(capsys):
+    from pathlib import Path
+
+    from depthbench.registry import ARCHITECTURES
+    from depthbench.upcycle.command import DOCS_TABLE_BEGIN, DOCS_TABLE_END, starts_markdown
+
+    with pytest.raises(SystemExit):
+        main(["upcycle", "--help"])
+    lines = capsys.readouterr().out.splitlines()
+    for arch_id, spec in ARCHITECTURES.items():
+        cls = spec.config_class
+        line = next(x for x in lines if x.split()[:1] == [arch_id])
+        assert line.split()[1] == cls.upcycle_start and cls.upcycle_reason in line
+    docs = (Path(__file__).parents[2] / "docs" / "upcycling.md").read_text(encoding="utf-8")
+    table = docs.split(DOCS_TABLE_BEGIN, 1)[1].split(DOCS_TABLE_END, 1)[0].strip()
+    assert table == starts_markdown(), "regenerate docs/upcycling.md's table with starts_markdown()"

@@ -9,27 +9,34 @@ architecture, with a measured start.
 
 What happens (each step refuses with a one-line :class:`~depthbench.upcycle.sources.UpcycleError` on bad input):
 
-1. the source is loaded in fp32 and its family checked (:mod:`depthbench.upcycle.sources`);
+1. the source is loaded in fp32 and its family checked (:mod:`depthbench.upcycle.sources`); a local GGUF file is
+   parsed once (one ``gguf.GGUFReader`` serves transformers' config, weight and tokenizer loaders, the license and
+   the sha256);
 2. its config becomes depthbench backbone fields, plus the architecture's own start fields
    (``config_class.upcycle_fields``) and the caller's ``overrides`` (e.g. a bounded start's knob);
-3. a fresh model of the architecture is built (its own init: the extra parameters at their defaults, which are the
-   function-preserving start where one exists), then every source tensor is copied in by name. With
-   ``grow_depth=K`` K new blocks are placed among the source's (``grow_mode``), keep the architecture's init except
-   for their output projections (``o_proj``, ``down_proj``), which are zero: under every additive design such a block
-   adds nothing at step 0;
-4. the architecture's hook ``config.upcycle_state`` adjusts the tensors where its start needs it (LNS folds its
-   depth scale into the norm gains);
-5. the start is measured against the source run by transformers itself on a built-in English sample (tokenized with
-   the source's tokenizer; seeded random tokens when there is none): the relative logits deviation and the
-   step-0 loss change. A start the architecture declares exact but that deviates by more than
-   :data:`EXACT_TOLERANCE`, or a bounded one outside its bound, is an error (nothing is returned that claims more
-   than it holds); a function-changing start needs ``allow_function_change=True``.
+3. every source tensor is mapped by name (checked against the architecture's names and shapes, read from a model
+   on the meta device). With ``grow_depth=K`` K new blocks are placed among the source's (``grow_mode``); their
+   output projections (``o_proj``, ``down_proj``) are zero: under every additive design such a block adds nothing
+   at step 0. The architecture's hook ``config.upcycle_state`` adjusts the tensors where its start needs it (LNS
+   folds its depth scale into the norm gains);
+4. the source, run by transformers itself, gives its logits and loss on a built-in English sample (tokenized with
+   the source's tokenizer; seeded random tokens when there is none) and, for a bounded start, what the bound needs
+   (``upcycle_norm_factor``: the source run again with the start's per-norm factors); then the source is dropped;
+5. the upcycled model is built by transformers' loading path (``from_pretrained(None, config=..., state_dict=...)``:
+   on the meta device, the mapped tensors put in place by reference, only the missing ones -- the architecture's
+   extra parameters, the new blocks' other weights -- allocated and given the architecture's own init, seeded; a
+   caller's model object is cloned first, never aliased);
+6. the start is measured: the relative logits deviation from the source's and the step-0 loss change. A start the
+   architecture declares exact but that deviates by more than :data:`EXACT_TOLERANCE`, or a bounded one outside
+   its bound, is an error (nothing is returned that claims more than it holds); a function-changing start needs
+   ``allow_function_change=True``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from depthbench.upcycle.sources import (
@@ -111,6 +118,7 @@ def load_source(source, revision: str | None = None, gguf_file: str | None = Non
     import torch
     from transformers import AutoModelForCausalLM, PreTrainedModel
 
+    gguf_facts = None  # (revision, license) read from a local GGUF file
     if isinstance(source, PreTrainedModel):
         model = source
         name = getattr(source.config, "_name_or_path", "") or type(source).__name__
@@ -125,22 +133,60 @@ def load_source(source, revision: str | None = None, gguf_file: str | None = Non
             kwargs["gguf_file"] = gguf_file
         if not gguf_file:  # a GGUF file is parsed once per read: its family is checked on the loaded model
             _check_architectures(source, revision, gguf_file)
-        try:
-            model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
-        except ValueError as exc:  # transformers: "Unrecognized configuration class ... for AutoModelForCausalLM"
-            raise UpcycleError(f"{source!r} is not a causal language model transformers can load: "
-                               f"{str(exc).splitlines()[0]}") from None
-        except OSError as exc:
-            raise UpcycleError(f"cannot load {source!r}: {str(exc).splitlines()[0]}") from None
-        tokenizer = _tokenizer(source, revision, gguf_file)
+        gguf_path = os.path.join(folder, gguf_file) if folder and gguf_file else None
+        with _one_gguf_parse(gguf_path) as reader:
+            try:
+                model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+            except ValueError as exc:  # transformers: "Unrecognized configuration class ... for AutoModelForCausalLM"
+                raise UpcycleError(f"{source!r} is not a causal language model transformers can load: "
+                                   f"{str(exc).splitlines()[0]}") from None
+            except OSError as exc:
+                raise UpcycleError(f"cannot load {source!r}: {str(exc).splitlines()[0]}") from None
+            tokenizer = _tokenizer(source, revision, gguf_file)
+            if reader is not None:
+                gguf_facts = (f"sha256:{hashlib.sha256(memoryview(reader.data)).hexdigest()}", _gguf_license(reader))
     if any(p.dtype != torch.float32 for p in model.parameters()):
         model = model.float()  # (a dequantised GGUF model is fp32 already, and refuses .float())
     model = model.eval()
     family_name, _ = family_of(model)
-    info = SourceInfo(name=_display_name(name, gguf_file), family=family_name,
-                      revision=_revision(model, folder, revision, gguf_file), license=_license(folder, gguf_file))
+    info = SourceInfo(name=_display_name(name, gguf_file), family=family_name)
+    if gguf_facts is not None:  # the revision is the file's sha256, the license its metadata's (same mapping)
+        info.revision, info.license = gguf_facts
+    else:
+        info.revision, info.license = _revision(model, revision), _license(folder)
     info.gguf_file = os.path.basename(gguf_file) if gguf_file else None
     return model, tokenizer, info
+
+
+@contextmanager
+def _one_gguf_parse(path: str | None):
+    """Parse a local GGUF file once. transformers' config, weight and tokenizer loaders each construct a
+    ``gguf.GGUFReader`` of the file (about 2 s each for SmolLM2's 49k-token vocabulary on an idle core): inside this
+    block they all receive the one reader built here (read-only: a memory map of the file and its parsed fields),
+    and the caller reads the license and the sha256 from it too. The weight loader also rebuilds gguf's tensor-name
+    table (``gguf.get_tensor_name_map``, a pure function of the architecture and depth) once per submodule, ~400
+    times for SmolLM2: inside the block it is memoised. Yields ``None`` (and changes nothing) without a local GGUF
+    file."""
+    if path is None or not os.path.isfile(path):
+        yield None
+        return
+    import functools
+
+    import gguf
+
+    real_reader, real_name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    reader = real_reader(path)
+    target = os.path.realpath(path)
+
+    def shared(p, *args, **kwargs):
+        same = not args and kwargs.get("mode", "r") == "r" and os.path.realpath(os.fspath(p)) == target
+        return reader if same else real_reader(p, *args, **kwargs)
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = shared, functools.lru_cache(maxsize=None)(real_name_map)
+    try:
+        yield reader
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_name_map
 
 
 def _check_architectures(source: str, revision, gguf_file) -> None:
@@ -178,31 +224,22 @@ def _display_name(name: str, gguf_file) -> str:
     return name
 
 
-def _revision(model, folder, revision, gguf_file) -> str | None:
-    """The Hub commit the weights came from, else the GGUF file's sha256, else the requested revision."""
-    commit = getattr(model.config, "_commit_hash", None)
-    if commit:
-        return commit
-    if folder and gguf_file:
-        digest = hashlib.sha256()
-        with open(os.path.join(folder, gguf_file), "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 22), b""):
-                digest.update(chunk)
-        return f"sha256:{digest.hexdigest()}"
-    return revision
+def _revision(model, revision) -> str | None:
+    """The Hub commit the weights came from, else the requested revision (a GGUF file's is its sha256)."""
+    return getattr(model.config, "_commit_hash", None) or revision
 
 
-def _license(folder, gguf_file) -> str | None:
-    """The source's license: its GGUF metadata (``general.license``), else its model card's YAML header."""
-    if folder and gguf_file:
-        try:
-            import gguf
+def _gguf_license(reader) -> str | None:
+    """``general.license`` of a GGUF file's metadata (``None`` when it has none)."""
+    field_ = reader.fields.get("general.license")
+    try:
+        return str(field_.contents()) if field_ is not None else None
+    except Exception:
+        return None
 
-            field_ = gguf.GGUFReader(os.path.join(folder, gguf_file)).fields.get("general.license")
-            if field_ is not None:
-                return str(field_.contents())
-        except Exception:
-            pass
+
+def _license(folder) -> str | None:
+    """The source's license from its model card's YAML header."""
     card = os.path.join(folder, "README.md") if folder else None
     if card and os.path.isfile(card):
         from huggingface_hub import ModelCard
@@ -232,18 +269,39 @@ def sample_ids(tokenizer, vocab_size: int):
 
 
 def _logits_and_loss(model, ids):
+    """``(logits fp32, mean next-token cross-entropy)``; the loss is taken 128 positions at a time, so no second
+    vocabulary-wide copy of the logits is ever held (SmolLM2's are 100 MB on the sample)."""
     import torch
 
     with torch.no_grad():
         logits = model(input_ids=ids, use_cache=False).logits.float()
-    loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
-    return logits, float(loss)
+        flat, labels = logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()
+        total = sum(float(torch.nn.functional.cross_entropy(flat[i:i + 128], labels[i:i + 128], reduction="sum"))
+                    for i in range(0, labels.numel(), 128))
+    return logits, total / labels.numel()
 
 
-def norm_input_mean_squares(source, ids, layout: list) -> list[float]:
-    """Smallest per-token mean square of the Pre-LN stream at every norm input of the upcycled model (2 per block,
-    then the final norm), measured on the source: a new block (zero outputs) sees the stream its successor sees."""
-    import torch
+def _relative_deviation(logits, ref_logits) -> float:
+    """``max |logits - ref_logits| / max |ref_logits|``, computed in place in ``logits`` (which it consumes)."""
+    scale = max(float(ref_logits.max()), -float(ref_logits.min()))  # max |ref_logits| without a copy
+    return float(logits.sub_(ref_logits).abs_().max()) / scale
+
+
+def _norm_positions(layout: list) -> dict[str, int]:
+    """Source norm module name -> index of the norm it becomes in the upcycled model (sublayer norms 0 .. 2L-1 in
+    order, then the final norm at 2L); a new block's norms have no source norm."""
+    out = {"model.norm": 2 * len(layout)}
+    for pos, src in enumerate(layout):
+        if src is not None:
+            out[f"model.layers.{src}.input_layernorm"] = 2 * pos
+            out[f"model.layers.{src}.post_attention_layernorm"] = 2 * pos + 1
+    return out
+
+
+def source_pass(source, ids, layout: list):
+    """One forward of the source on ``ids``: ``(logits fp32, loss, mean squares)``, the mean squares being the
+    smallest per-token mean square of the Pre-LN stream at every norm input of the upcycled model (2 per block,
+    then the final norm); a new block (zero outputs) sees the stream its successor sees."""
 
     seen: dict[str, float] = {}
     hooks = []
@@ -253,8 +311,7 @@ def norm_input_mean_squares(source, ids, layout: list) -> list[float]:
                 seen[_name] = float(args[0].float().pow(2).mean(-1).min())
             hooks.append(module.register_forward_pre_hook(hook))
     try:
-        with torch.no_grad():
-            source(input_ids=ids, use_cache=False)
+        logits, loss = _logits_and_loss(source, ids)
     finally:
         for h in hooks:
             h.remove()
@@ -266,7 +323,64 @@ def norm_input_mean_squares(source, ids, layout: list) -> list[float]:
             out += [ms, ms]
         else:
             out += [seen[f"model.layers.{src}.input_layernorm"], seen[f"model.layers.{src}.post_attention_layernorm"]]
-    return out + [seen["model.norm"]]
+    return logits, loss, out + [seen["model.norm"]]
+
+
+def rescaled_source_deviation(source, ids, layout: list, config, ref_logits) -> float | None:
+    """``max |logits - ref_logits| / max |ref_logits|`` of the source run by transformers with every norm's output
+    multiplied per token by the architecture's ``config.upcycle_norm_factor(index, mean_square)`` (computed from
+    that norm's own input in this run); ``None`` when the architecture declares no factor. For an architecture whose
+    start is exactly "Pre-LN with each norm output rescaled per token" (AttnRes with zero queries), this run computes
+    the upcycled model's function with transformers' own modules, so its deviation is the upcycled model's up to
+    fp32 rounding."""
+    import torch
+
+    positions = _norm_positions(layout)
+    probe = torch.ones(1, 1)
+    if all(config.upcycle_norm_factor(i, probe) is None for i in positions.values()):
+        return None  # no norm is rescaled (e.g. mHC): no second forward
+    hooks, applied = [], []
+    for name, module in source.named_modules():
+        index = positions.get(name)
+        if index is None:
+            continue
+
+        def hook(mod, args, out, _index=index):
+            factor = config.upcycle_norm_factor(_index, args[0].float().pow(2).mean(-1, keepdim=True))
+            if factor is None:
+                return None
+            applied.append(_index)
+            return (out.float() * factor).to(out.dtype)
+        hooks.append(module.register_forward_hook(hook))
+    try:
+        with torch.no_grad():
+            logits = source(input_ids=ids, use_cache=False).logits.float()
+    finally:
+        for h in hooks:
+            h.remove()
+    if not applied:
+        return None
+    return _relative_deviation(logits, ref_logits)
+
+
+def build_target(model_class, config, state: dict, seed: int):
+    """The upcycled model, built by transformers' loading path: on the meta device, ``state``'s tensors put in
+    place (by reference), only the tensors it lacks (the architecture's extra parameters, new blocks' other
+    weights, buffers) allocated and initialised by the architecture's own init, seeded; tied weights tied."""
+    import torch
+    from transformers.utils import logging
+
+    torch.manual_seed(seed)
+    verbosity, bar = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()  # "newly initialized" weights are the point here, not a warning
+    logging.disable_progress_bar()  # an in-memory state dict: nothing to wait for
+    try:
+        model = model_class.from_pretrained(None, config=config, state_dict=state, dtype=torch.float32)
+    finally:
+        logging.set_verbosity(verbosity)
+        if bar:
+            logging.enable_progress_bar()
+    return model.eval()
 
 
 # ================================================================================================ upcycle
@@ -293,6 +407,7 @@ def upcycle(source, arch: str, *, grow_depth: int = 0, grow_mode: str = "interle
         seed: Seed of the architecture's init of the new parameters.
     """
     import torch
+    from transformers import PreTrainedModel
 
     from depthbench.registry import get
 
@@ -318,37 +433,43 @@ def upcycle(source, arch: str, *, grow_depth: int = 0, grow_mode: str = "interle
         config = config_class(**fields)
     except (TypeError, ValueError) as exc:
         raise UpcycleError(f"cannot build a {arch} config from the source: {exc}") from None
+    owned = not isinstance(source, PreTrainedModel)  # loaded here: its tensors move into the upcycled model
     state, leftover = map_state(model_src.state_dict(), layout, tied=bool(config.tie_word_embeddings))
     if leftover:
         raise UpcycleError(f"{len(leftover)} source tensor(s) have no place in depthbench's backbone: "
                            + ", ".join(leftover[:8]) + (" ..." if len(leftover) > 8 else ""))
-    torch.manual_seed(seed)
-    model = spec.causal_lm_class(config).eval()
-    target = model.state_dict()
+    with torch.device("meta"):  # names and shapes only: nothing allocated, nothing initialised
+        target = {k: v.shape for k, v in spec.causal_lm_class(config).state_dict().items()}
     new_blocks = {pos for pos, src in enumerate(layout) if src is None}
-    with torch.no_grad():
-        for pos in new_blocks:
-            for rel in OUTPUT_PROJECTIONS:
-                name = f"model.layers.{pos}.{rel}"
-                if name in target:
-                    state[name] = torch.zeros_like(target[name])
+    for pos in new_blocks:
+        for rel in OUTPUT_PROJECTIONS:
+            name = f"model.layers.{pos}.{rel}"
+            if name in target:
+                state[name] = torch.zeros(target[name])
     config.upcycle_state(state, new_blocks)
-    wrong = [k for k, v in state.items() if k not in target or target[k].shape != v.shape]
+    wrong = [k for k, v in state.items() if k not in target or target[k] != v.shape]
     if wrong:
-        have = tuple(target[wrong[0]].shape) if wrong[0] in target else "no such tensor"
+        have = tuple(target[wrong[0]]) if wrong[0] in target else "no such tensor"
         raise UpcycleError(f"source tensor {wrong[0]} does not fit the {arch} model (shape "
                            f"{tuple(state[wrong[0]].shape)} vs {have})")
-    model.load_state_dict(state, strict=False)
-    if config.tie_word_embeddings:
-        model.tie_weights()
-    del state, target
 
+    # The source, run by transformers, first: its logits on the sample (and, for a bounded start, what the bound
+    # needs); then it is dropped, and its tensors become the upcycled model's (by reference when loaded here).
     ids, sample = sample_ids(tokenizer, config.vocab_size)
-    ref_logits, loss_source = _logits_and_loss(model_src, ids)
+    ref_logits, loss_source, mean_squares = source_pass(model_src, ids, layout)
+    bound = None
+    if start == "bounded":
+        rescaled = rescaled_source_deviation(model_src, ids, layout, config, ref_logits)
+        bound = config.upcycle_bound(mean_squares, rescaled)
+    generation_config = getattr(model_src, "generation_config", None)
+    del model_src
+    if not owned:  # never alias the caller's model: training the upcycled one would change it
+        state = {k: v.detach().clone() for k, v in state.items()}
+    model = build_target(spec.causal_lm_class, config, state, seed)
+    del state
     logits, loss_upcycled = _logits_and_loss(model, ids)
-    deviation = float((logits - ref_logits).abs().max() / ref_logits.abs().max())
+    deviation = _relative_deviation(logits, ref_logits)
     del logits, ref_logits
-    bound = config.upcycle_bound(norm_input_mean_squares(model_src, ids, layout)) if start == "bounded" else None
     if start == "exact" and not deviation <= EXACT_TOLERANCE:
         raise RuntimeError(f"{arch}'s start is declared exact but its logits deviate from the source's by "
                            f"{deviation:.3g} (relative; allowed {EXACT_TOLERANCE:g}); nothing returned")
@@ -357,7 +478,6 @@ def upcycle(source, arch: str, *, grow_depth: int = 0, grow_mode: str = "interle
                            "nothing returned")
     if dtype is not None:
         model = model.to(getattr(torch, dtype))
-    generation_config = getattr(model_src, "generation_config", None)
     result = UpcycleResult(model=model, arch=arch, start=start, deviation=deviation, bound=bound,
                            loss_source=loss_source, loss_upcycled=loss_upcycled, layout=layout, source=info,
                            sample_tokens=int(ids.numel()), sample=sample, knob=config_class.upcycle_knob,
