@@ -650,9 +650,7 @@ WITHOUT_OWN_TEST_FILE = {
     "src/depthbench/sweeps/released/selection.py",
     "src/depthbench/sweeps/report.py",
     "src/depthbench/sweeps/report_study.py",
-    "src/depthbench/sweeps/results.py",
     "src/depthbench/sweeps/slurm.py",
-    "src/depthbench/sweeps/spec.py",
     "src/depthbench/sweeps/released/cost.py",
     # training
     "src/depthbench/training/__init__.py",
