@@ -619,8 +619,6 @@ WITHOUT_OWN_TEST_FILE = {
     "src/depthbench/__init__.py",
     "src/depthbench/cards.py",
     "src/depthbench/eval_records.py",
-    "src/depthbench/procfs.py",
-    "src/depthbench/repo_names.py",
     # bench
     "src/depthbench/bench/data_corpus.py",
     "src/depthbench/bench/data_reference.py",
