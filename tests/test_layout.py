@@ -653,7 +653,6 @@ WITHOUT_OWN_TEST_FILE = {
     # training
     "src/depthbench/training/__init__.py",
     "src/depthbench/training/command.py",
-    "src/depthbench/training/metrics.py",
     "src/depthbench/training/model_state.py",
     "src/depthbench/training/sharding.py",
     # upcycle (tests/upcycle/test_upcycle.py and test_command.py)
