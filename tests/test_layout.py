@@ -624,8 +624,6 @@ WITHOUT_OWN_TEST_FILE = {
     "src/depthbench/bench/data_reference.py",
     "src/depthbench/bench/models.py",
     "src/depthbench/bench/runner.py",
-    "src/depthbench/bench/settings.py",
-    "src/depthbench/bench/timing.py",
     # data
     "src/depthbench/data/__init__.py",
     "src/depthbench/data/encode.py",
