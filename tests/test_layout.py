@@ -638,7 +638,6 @@ WITHOUT_OWN_TEST_FILE = {
     # sweeps
     "src/depthbench/sweeps/command.py",
     "src/depthbench/sweeps/heldout.py",
-    "src/depthbench/sweeps/plots.py",
     "src/depthbench/sweeps/released/command.py",
     "src/depthbench/sweeps/released/compare.py",
     "src/depthbench/sweeps/released/folder.py",
