@@ -619,15 +619,11 @@ WITHOUT_OWN_TEST_FILE = {
     "src/depthbench/__init__.py",
     "src/depthbench/cards.py",
     "src/depthbench/eval_records.py",
-    "src/depthbench/procfs.py",
-    "src/depthbench/repo_names.py",
     # bench
     "src/depthbench/bench/data_corpus.py",
     "src/depthbench/bench/data_reference.py",
     "src/depthbench/bench/models.py",
     "src/depthbench/bench/runner.py",
-    "src/depthbench/bench/settings.py",
-    "src/depthbench/bench/timing.py",
     # data
     "src/depthbench/data/__init__.py",
     "src/depthbench/data/encode.py",
@@ -642,7 +638,6 @@ WITHOUT_OWN_TEST_FILE = {
     # sweeps
     "src/depthbench/sweeps/command.py",
     "src/depthbench/sweeps/heldout.py",
-    "src/depthbench/sweeps/plots.py",
     "src/depthbench/sweeps/released/command.py",
     "src/depthbench/sweeps/released/compare.py",
     "src/depthbench/sweeps/released/folder.py",
@@ -650,14 +645,11 @@ WITHOUT_OWN_TEST_FILE = {
     "src/depthbench/sweeps/released/selection.py",
     "src/depthbench/sweeps/report.py",
     "src/depthbench/sweeps/report_study.py",
-    "src/depthbench/sweeps/results.py",
     "src/depthbench/sweeps/slurm.py",
-    "src/depthbench/sweeps/spec.py",
     "src/depthbench/sweeps/released/cost.py",
     # training
     "src/depthbench/training/__init__.py",
     "src/depthbench/training/command.py",
-    "src/depthbench/training/metrics.py",
     "src/depthbench/training/model_state.py",
     "src/depthbench/training/sharding.py",
     # upcycle (tests/upcycle/test_upcycle.py and test_command.py)

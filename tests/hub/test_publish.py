@@ -423,15 +423,6 @@ def test_a_repository_name_the_hub_rejects_is_refused_locally_in_dry_runs_too(ti
 
 
 # ================================================================================================ card contents
-def test_budget_labels_have_two_significant_digits_below_100m_and_one_up_to_1b():
-    from depthbench.repo_names import format_budget
-
-    # hand-rounded: docs/hub.md's rule (one significant digit from 100M to 1B, two otherwise)
-    cases = {266_816: "270K", 2_040_000: "2M", 20_100_000: "20M", 405_400_000: "400M", 1_615_300_000: "1.6B",
-             999_600: "1M", 45_678: "46K", 152_000_000: "200M", 99_960_000: "100M"}
-    assert {n: format_budget(n) for n in cases} == cases
-
-
 def test_card_size_label_matches_the_repository_name(tiny_run):
     from huggingface_hub import ModelCard
     from transformers import AutoModelForCausalLM

@@ -181,48 +181,6 @@ def test_report_html_holds_every_figure_and_table_of_report_md(sweep_dir):
     assert [t.count("<tr>") for t in html_tables] == [len(t) - 1 for t in tables]  # header + body rows
 
 
-def test_spread_verdict_follows_the_written_rule():
-    """Hand-made points: ranges that do not overlap are beyond the spread, touching or overlapping ones within it,
-    a single seed gives no verdict; the rule's stated chance for n = 3 is 2 / C(6, 3)."""
-    def point(*vals):
-        return {"seeds": len(vals), "mean": sum(vals) / len(vals), "min": min(vals), "max": max(vals)}
-
-    shallow = point(3.00, 3.02, 3.05)
-    assert results_mod.spread_verdict(shallow, point(2.90, 2.95, 2.99)) == "lower"
-    assert results_mod.spread_verdict(shallow, point(3.06, 3.10, 3.20)) == "higher"
-    assert results_mod.spread_verdict(shallow, point(2.90, 2.95, 3.00)) == "within"  # touching at 3.00
-    assert results_mod.spread_verdict(shallow, point(2.80, 3.01, 3.30)) == "within"
-    assert results_mod.spread_verdict(shallow, point(2.5)) == "one seed"
-    assert "10 % for n = 3" in results_mod.SPREAD_RULE and 2 / math.comb(6, 3) == 0.1
-    rows = [{"arch": "a", "shape": f"s{L}", "num_layers": L, "hidden_size": 8, "aspect_ratio": 8 / L, "lr": 1e-3,
-             "params_total": 10, "at_best_lr": True, "eval_loss": v} for L, vals in ((2, (3.0, 3.1, 3.2)),
-                                                                                   (8, (2.7, 2.8, 2.9)))
-            for v in vals]
-    (change,) = results_mod.loss_changes(rows, ["eval_loss"])
-    assert change["change"] == pytest.approx(-0.3) and change["verdict"] == "lower"
-    assert change["deep"]["std"] == pytest.approx(0.1) and change["shallow"]["seeds"] == 3
-
-
-def test_architectures_at_one_shape_are_ranked_with_the_spread_rule():
-    def rows(arch, vals):
-        return [{"arch": arch, "shape": "s4", "num_layers": 4, "hidden_size": 8, "aspect_ratio": 2.0, "lr": 1e-3,
-                 "params_total": 10, "at_best_lr": True, "eval_loss": v} for v in vals]
-
-    table = rows("a", (3.0, 3.1, 3.2)) + rows("b", (2.0, 2.1, 2.2)) + rows("c", (3.15, 3.3, 3.4))
-    (ranking,) = results_mod.shape_rankings(table, ["eval_loss"])
-    assert [arch for arch, _ in ranking["order"]] == ["b", "a", "c"]
-    assert ranking["verdicts"] == ["lower", "within"]  # b's range is below a's; a and c overlap (3.15-3.2)
-    assert results_mod.shape_rankings(rows("a", (1.0,)), ["eval_loss"]) == []  # one architecture: nothing to rank
-
-
-def test_metric_order_and_labels():
-    rows = [{"eval_text": 1.0, "eval_synthetic": 2.0, "eval_loss": 1.5}]
-    assert results_mod.result_metrics(rows) == ["eval_synthetic", "eval_text", "eval_loss"]
-    assert results_mod.result_metrics([{"eval_heldout": 1.0, "eval_loss": 1.0}]) == ["eval_loss"]
-    assert results_mod._split_column("eval") == "eval_heldout"
-    assert results_mod._split_column("eval_text") == "eval_text" and results_mod._split_column("val") == "eval_val"
-
-
 # ================================================================================================ skip / resume
 def test_rerun_skips_finished_runs_without_training(sweep_dir, monkeypatch):
     before = summary_mtimes(sweep_dir)
@@ -369,30 +327,6 @@ def test_a_second_launcher_of_a_sweep_folder_is_refused_or_waits(data_dir, tmp_p
     assert not (out / "writer.lease").exists()
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"archs": ["pre_ln", "nope"]}, "unknown architecture 'nope'; valid architectures: pre_ln"),
-        ({"archs": []}, "no architecture given"),
-        ({"shapes": []}, "shape grid is empty"),
-        ({"shapes": ["nogrid-L4"]}, "unknown shape 'nogrid-L4'.*grid must be one of"),
-        ({"shapes": ["tiny-L5"]}, "unknown shape 'tiny-L5'.*one of \\[2, 4, 6, 8, 12, 16\\]"),
-        ({"lrs": []}, "no learning rate given"),
-        ({"lrs": [0.0]}, "learning rate 0.0 is not allowed: learning rates must be positive numbers"),
-        ({"lrs": [-1e-3]}, "learning rate -0.001 is not allowed"),
-        ({"lrs": [float("nan")]}, "learning rate nan is not allowed"),
-        ({"lrs": [float("inf")]}, "learning rate inf is not allowed"),
-        ({"lrs": ["1e-3"]}, "learning rate '1e-3' is not allowed"),
-        ({"lrs": [True]}, "learning rate True is not allowed"),
-        ({"seeds": []}, "seeds"),
-        ({"seeds": [0.5]}, "seeds"),
-    ],
-)
-def test_bad_definitions_raise_clear_errors(data_dir, kwargs, match):
-    with pytest.raises(SweepError, match=match):
-        make_spec(data_dir, **kwargs)
-
-
 def test_bad_run_overrides_and_missing_data_write_nothing(data_dir, tmp_path):
     with pytest.raises(SweepError, match="invalid run config for pre_ln__tiny-L2.*unknown config key 'train.nope'"):
         run_sweep(make_spec(data_dir, overrides=[*SMALL_FIELDS, "train.nope=1"]), str(tmp_path / "a"))
@@ -451,14 +385,6 @@ def test_budget_and_depths_give_design_rule_shapes_as_model_fields(data_dir, tmp
     rows = run_sweep(spec, str(tmp_path / "out"), log=lambda *_: None)
     assert [(r["shape"], r["num_layers"], r["hidden_size"], r["status"]) for r in rows] == [
         ("budget2m-L2", 2, 32, "finished")]
-
-
-def test_duplicates_are_dropped_and_all_resolves(data_dir):
-    spec = make_spec(data_dir, archs=["pre_ln", "pre_ln"], shapes=["tiny-L2", "tiny-L2"], lrs=[1e-3, 0.001])
-    assert len(spec.runs()) == 1
-    from depthbench.registry import arch_ids
-
-    assert make_spec(data_dir, archs="all").archs == arch_ids()
 
 
 # ================================================================================================ slurm
