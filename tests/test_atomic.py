@@ -59,3 +59,13 @@ def test_read_json_of_a_missing_or_damaged_file(tmp_path):
     (tmp_path / "binary.json").write_bytes(b"\xff\xfe{")
     with pytest.raises(ValueError, match="binary.json is not valid JSON"):
         atomic.read_json(tmp_path / "binary.json")
+
+
+def test_json_safe_turns_arrays_tensors_and_non_finite_values_into_json():
+    import numpy as np
+    import torch
+
+    value = {1: np.array([1.5, np.nan]), "t": torch.tensor([[2.0, float("inf")]]), "i": np.int64(3),
+             "f": np.float32(0.25), "tuple": (np.float64(-np.inf), "x")}
+    text = json.dumps(atomic.json_safe(value), allow_nan=False)  # strict JSON: no NaN / Infinity literals
+    assert json.loads(text) == {"1": [1.5, None], "t": [[2.0, None]], "i": 3, "f": 0.25, "tuple": [None, "x"]}

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from depthbench.analysis.common import MetricResult, late_start, to_jsonable, write_result
+from depthbench.analysis.common import MetricResult, late_start, write_result
 from tests.analysis.helpers import SHAPE, WINDOWS, build, ctx_for
 
 
@@ -44,13 +44,6 @@ def test_windows_longer_than_the_positions_are_refused_by_the_context():
     long = np.zeros((1, SHAPE["max_position_embeddings"] + 1), dtype=np.int64)
     with pytest.raises(ValueError, match="max_position_embeddings=64"):
         ctx_for(build("pre_ln"), windows=long)
-
-
-def test_to_jsonable_turns_arrays_tensors_and_non_finite_values_into_json():
-    value = {1: np.array([1.5, np.nan]), "t": torch.tensor([[2.0, float("inf")]]), "i": np.int64(3),
-             "f": np.float32(0.25), "tuple": (np.float64(-np.inf), "x")}
-    assert to_jsonable(value) == {"1": [1.5, None], "t": [[2.0, None]], "i": 3, "f": 0.25, "tuple": [None, "x"]}
-    json.dumps(to_jsonable(value), allow_nan=False)  # strict JSON: no NaN / Infinity literals
 
 
 def test_write_result_writes_json_csv_and_png(tmp_path):
