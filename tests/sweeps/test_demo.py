@@ -216,7 +216,10 @@ def test_a_stopped_demo_ends_without_analyses_or_evaluation(small_corpus, tmp_pa
 
     out = tmp_path / "demo"
     shutil.copytree(small_corpus, out / "data")
-    monkeypatch.setattr(demo, "run_sweep", lambda spec, out, **kw: [{"status": "finished"}, {"status": "stopped"}])
+    from depthbench.sweeps import runner
+
+    # the demo imports the runner when it runs (its module stays light for `depthbench demo --help`)
+    monkeypatch.setattr(runner, "run_sweep", lambda spec, out, **kw: [{"status": "finished"}, {"status": "stopped"}])
     monkeypatch.setattr(demo, "analyze_demo", lambda *a, **k: pytest.fail("analysed a stopped demo"))
     monkeypatch.setattr(demo, "evaluate_demo", lambda *a, **k: pytest.fail("evaluated a stopped demo"))
     assert cli_main(["demo", "--out", str(out), "--steps", "1", *NARROW]) == 0
