@@ -79,7 +79,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "training": {"core", "data", "hub"},  # checkpoints and exports write model cards (depthbench.hub.cards)
     "bench": {"core", "training", "data"},  # the trainer's compiled path; the GPU check's FSDP2 run prepares a corpus
     "analysis": {"core", "data", "bench"},  # the efficiency metric times blocks with the benchmark's clock
-    "sweeps": {"core", "data", "training", "evaluation", "analysis", "hub"},  # released eval: catalogue, conversion
+    "sweeps": {"core", "data", "training", "evaluation", "analysis", "hub", "upcycle"},  # released eval: catalogue,
+    # conversion; upcycle-study: depthbench.upcycle
     "upcycle": {"core", "hub"},  # the checkpoint's card and atomic write, the built-in text sample
     "cli": {"core"},
     "root": {"core", "hub"},  # depthbench.from_released
