@@ -161,3 +161,18 @@ def test_bad_input_is_refused_before_anything_is_written(source, data_dir, tmp_p
     with pytest.raises(ValueError, match="unknown architecture|not_an_arch"):
         definition(source, data_dir, archs=["not_an_arch"])
     assert study_mod.STUDY == "study.json" and not (tmp_path / "out").exists()
+
+
+def test_command_line_takes_the_source_then_recipe_overrides(source, data_dir, tmp_path):
+    from depthbench.cli import build_parser
+    from depthbench.sweeps.upcycled.command import run_cli
+
+    parser = build_parser("upcycle-study")
+    args = parser.parse_args(["upcycle-study", str(source), "train.max_steps=3", "--archs", "pre_ln,hc", "--data",
+                              str(data_dir), "-o", str(tmp_path / "out"), "--grow-depth", "2"])
+    assert args.source == [str(source), "train.max_steps=3"] and args.grow_depth == 2 and args.seeds == [0]
+    bad = parser.parse_args(["upcycle-study", str(source), "other", "--archs", "pre_ln", "--data", str(data_dir),
+                             "-o", str(tmp_path / "out")])
+    with pytest.raises(SweepError, match="'other' is not a run-config override"):
+        run_cli(bad)
+    assert not (tmp_path / "out").exists()

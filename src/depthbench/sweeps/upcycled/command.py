@@ -43,16 +43,22 @@ def run_cli(args: argparse.Namespace) -> int:
     import copy
 
     from depthbench.config import read_config_file
+    from depthbench.sweeps.spec import SweepError
     from depthbench.sweeps.upcycled.study import StudyDefinition, run_study
     from depthbench.upcycle.command import _overrides
 
+    source, overrides = args.source[0], args.source[1:]
+    bad = [o for o in overrides if "=" not in o]
+    if bad:
+        raise SweepError(f"{bad[0]!r} is not a run-config override KEY=VALUE (give one source model, then "
+                         "overrides such as train.max_steps=300)")
     base = read_config_file(args.config) if args.config else copy.deepcopy(DEFAULT_RECIPE)
     base.pop("output_dir", None)
     metrics = [] if args.metrics.strip().lower() == "none" else _csv(args.metrics)
     defn = StudyDefinition(
-        source=args.source, archs=_csv(args.archs), data_dir=args.data, grow_depth=args.grow_depth or 0,
+        source=source, archs=_csv(args.archs), data_dir=args.data, grow_depth=args.grow_depth or 0,
         grow_mode=args.grow_mode, gguf_file=args.gguf_file, revision=args.revision, seeds=args.seeds, lr=args.lr,
-        base=base, overrides=list(args.overrides), upcycle_overrides=_overrides(args.set),
+        base=base, overrides=overrides, upcycle_overrides=_overrides(args.set),
         allow_function_change=args.allow_function_change, split=args.split, metrics=metrics,
         analysis={"num_samples": args.analysis_samples, "seq_len": args.analysis_seq_len, "seed": 42},
         tasks=_csv(args.tasks) if args.tasks else [], task_limit=args.limit)
@@ -72,7 +78,9 @@ def register_cli(subparsers) -> None:
                     "report.md / report.html. Running the same command again continues where it stopped.",
         epilog="Recipe without -c: " + ", ".join(f"{s}.{k}={v}" for s, kv in DEFAULT_RECIPE.items()
                                                  for k, v in kv.items()) + "; override any key as KEY=VALUE.")
-    p.add_argument("source", help="local folder or Hub id of the source model (Llama/Mistral/Qwen2/Qwen3)")
+    p.add_argument("source", metavar="SRC [KEY=VALUE ...]", nargs="+",
+                   help="local folder or Hub id of the source model (Llama/Mistral/Qwen2/Qwen3), then run-config "
+                        "overrides of the training recipe right after it, e.g. SRC train.max_steps=300 --archs ...")
     p.add_argument("--archs", required=True, help="comma-separated designs, e.g. pre_ln,hc,attnres")
     p.add_argument("--data", required=True, help="prepared data folder, tokenized with the source's tokenizer")
     p.add_argument("-o", "--output", required=True, help="the study folder (new, or this study's to continue)")
@@ -94,5 +102,4 @@ def register_cli(subparsers) -> None:
     p.add_argument("--tasks", help="lm-eval tasks run on every trained model (optional)")
     p.add_argument("--limit", type=float, help="lm-eval documents per task")
     p.add_argument("--wait-for-writer", type=float, default=0.0, metavar="SECONDS")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="run-config overrides, e.g. train.max_steps=300")
     p.set_defaults(func=run_cli)

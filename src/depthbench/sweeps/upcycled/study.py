@@ -191,6 +191,10 @@ def source_folder(defn: StudyDefinition, out_dir: str) -> str:
         from depthbench.upcycle import load_source
 
         model, tokenizer, _ = load_source(defn.source, revision=defn.revision, gguf_file=defn.gguf_file)
+        if getattr(model, "hf_quantizer", None) is not None:  # a GGUF file, dequantised: plain fp32 weights now
+            model.hf_quantizer = None
+            if hasattr(model.config, "quantization_config"):
+                del model.config.quantization_config
 
         def write(tmp: str) -> None:
             model.save_pretrained(tmp, safe_serialization=True)
