@@ -89,7 +89,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     # pruning scores lm-eval tasks through evaluation's harness; a released model's published layer figures come from
     # the catalogue (depthbench.hub.catalogue)
     "analysis": {"core", "data", "evaluation", "hub"},
-    "sweeps": {"core", "data", "training", "evaluation", "analysis", "hub"},  # released eval: catalogue, conversion
+    "sweeps": {"core", "data", "training", "evaluation", "analysis", "hub", "upcycle"},  # released eval:
+    # catalogue, conversion; upcycle-study: depthbench.upcycle
     "upcycle": {"core", "hub"},  # the checkpoint's card and atomic write, the built-in text sample
     "cli": {"core"},
     "root": {"core", "hub"},  # depthbench.from_released
@@ -647,6 +648,8 @@ WITHOUT_OWN_TEST_FILE = {
     "src/depthbench/sweeps/report_study.py",
     "src/depthbench/sweeps/slurm.py",
     "src/depthbench/sweeps/released/cost.py",
+    "src/depthbench/sweeps/upcycled/command.py",  # tests/sweeps/upcycled/test_study.py
+    "src/depthbench/sweeps/upcycled/report.py",  # tests/sweeps/upcycled/test_study.py
     # training
     "src/depthbench/training/__init__.py",
     "src/depthbench/training/command.py",

@@ -54,6 +54,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tasks-path": ("depthbench.evaluation.command", "print the installed lm-eval task folder (lm_eval --include_path)"),
     "upcycle": ("depthbench.upcycle.command",
                 "a pretrained Llama/Mistral/Qwen2/Qwen3 model as any architecture, exact at step 0 where it can be"),
+    "upcycle-study": ("depthbench.sweeps.upcycled.command",
+                      "upcycle one model into several designs, train each on the same tokens, analyse and compare"),
     # (new commands: one line above this comment)
 }
 """Command name -> (module defining ``register_cli`` that adds it, one-line summary for ``depthbench --help``)."""

@@ -71,6 +71,9 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     compile: bool = False  # torch.compile the model (depthbench.training.compiled.compile_model)
     compile_scope: str = "layers"  # "layers": each decoder block on its own (fast to compile) | "model": one graph
+    # a checkpoint folder whose weights (and config) the run starts from: continued pretraining, e.g. from
+    # `depthbench upcycle` (depthbench.training.init_from); without model.arch the folder's architecture is used
+    init_from: str | None = None
 
 
 @dataclass
@@ -334,6 +337,9 @@ def load_run_config(path_or_dict: str | os.PathLike | dict[str, Any] | None = No
     for item in overrides or []:
         key, value = parse_override(item)
         _set_dotted(tree, key, value)
+    model = tree.get("model")
+    if isinstance(model, dict) and model.get("init_from") and "arch" not in model:
+        model["arch"] = None  # the init folder's architecture (not the default pre_ln)
     cfg = _from_dict(RunConfig, tree, "")
     validate_run_config(cfg)
     return cfg
@@ -388,6 +394,8 @@ def validate_run_config(cfg: RunConfig) -> None:
           and cfg.wait_for_writer >= 0, "wait_for_writer", cfg.wait_for_writer, "a number of seconds >= 0")
     check(cfg.model.compile_scope in COMPILE_SCOPES, "model.compile_scope", cfg.model.compile_scope,
           f"one of {', '.join(COMPILE_SCOPES)}")
+    check(not (cfg.model.init_from and cfg.model.config_path), "model.config_path", cfg.model.config_path,
+          "unset when model.init_from is set (the init folder's config.json describes the model)")
     check(isinstance(cfg.model.fields, dict), "model.fields", cfg.model.fields, "a mapping of config fields")
     if isinstance(d.verify, bool):
         d.verify = "always" if d.verify else "off"

@@ -14,7 +14,7 @@ import inspect
 import os
 from typing import TYPE_CHECKING, Any, Protocol
 
-from depthbench import atomic, registry
+from depthbench import atomic, registry, runs
 from depthbench.config import ModelConfig, RunConfigError
 from depthbench.shapes import get_shape
 
@@ -44,7 +44,9 @@ def resolve_model_config(model: ModelConfig, data: TokenData, *, seq_len: int) -
             ``seq_len`` exceeds the model's ``max_position_embeddings`` (the message says what is allowed).
     """
     arch, fields = model.arch, {}
-    if model.config_path:
+    if model.init_from:
+        arch, fields = _from_init_folder(model)
+    elif model.config_path:
         arch, fields = _from_config_file(model.config_path, arch)
     elif model.shape:
         fields = dict(get_shape(model.shape).config_fields())
@@ -95,6 +97,66 @@ def _from_config_file(config_path: str, arch: str | None) -> tuple[str | None, d
                                  f"architecture; set model.arch (one of {', '.join(registry.arch_ids())})")
         arch = matches[0]
     return arch, fields
+
+
+def _from_init_folder(model: ModelConfig) -> tuple[str, dict[str, Any]]:
+    """``(architecture, config fields)`` of ``model.init_from``'s ``config.json``, after checking that
+    ``model.arch`` / ``model.shape`` (when given) agree with it (``depthbench.training.init_from``)."""
+    folder = init_folder(model.init_from)
+    path = os.path.join(folder, "config.json")
+    try:
+        fields = atomic.read_json(path)
+    except ValueError as exc:
+        raise RunConfigError(f"model.init_from: {exc}") from None
+    if not isinstance(fields, dict):
+        raise RunConfigError(f"model.init_from: {path} does not hold a JSON object (an HF config.json)")
+    model_type = fields.pop("model_type", None)
+    for key in _FILE_KEYS:
+        fields.pop(key, None)
+    matches = [a.id for a in registry.ARCHITECTURES.values() if a.model_type == model_type]
+    if not matches:
+        raise RunConfigError(f"model.init_from {folder}: model_type {model_type!r} is not a depthbench architecture "
+                             "(upcycle a pretrained model into one first: depthbench upcycle SRC -o DIR --arch ARCH)")
+    check_agrees(folder, matches[0], fields, model.arch, model.shape)
+    return matches[0], fields
+
+
+def init_folder(path: str) -> str:
+    """The model folder of ``model.init_from``: ``path`` itself, or a training checkpoint's ``hf/`` export."""
+    if not os.path.isdir(path):
+        raise RunConfigError(f"model.init_from={path!r} is not a folder: give a depthbench checkpoint folder (written "
+                             "by `depthbench upcycle`, a run's final/, or a checkpoint's hf/)")
+    export = os.path.join(path, runs.CHECKPOINT_EXPORT)
+    if not os.path.isfile(os.path.join(path, "config.json")) and os.path.isfile(os.path.join(export, "config.json")):
+        path = os.path.join(path, runs.CHECKPOINT_EXPORT)
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise RunConfigError(f"model.init_from={path!r} holds no config.json: give a depthbench checkpoint folder "
+                             "(written by `depthbench upcycle`, a run's final/, or a checkpoint's hf/)")
+    if not weight_files(path):
+        raise RunConfigError(f"model.init_from={path!r} holds no *.safetensors weights: give a checkpoint folder "
+                             "saved with save_pretrained(safe_serialization=True)")
+    return path
+
+
+def weight_files(folder: str) -> list[str]:
+    return sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
+
+
+def check_agrees(folder: str, arch_in_folder: str, folder_fields: dict, arch: str | None, shape: str | None) -> None:
+    """Refuse a run config whose ``model.arch`` / ``model.shape`` disagree with the init folder, naming both."""
+    if arch is not None and arch != arch_in_folder:
+        raise RunConfigError(f"model.init_from {folder} holds a {arch_in_folder} model but model.arch is {arch!r}: "
+                             f"drop model.arch (the folder's architecture is used) or set it to {arch_in_folder!r}")
+    if shape is not None:
+        try:
+            wanted = get_shape(shape).config_fields()
+        except ValueError as exc:
+            raise RunConfigError(f"model.shape={shape!r}: {exc}") from None
+        differ = [f"{k} {folder_fields.get(k)!r} in the folder, {v!r} in shape {shape}" for k, v in wanted.items()
+                  if k != "vocab_size" and folder_fields.get(k) != v]
+        if differ:
+            raise RunConfigError(f"model.init_from {folder} does not have model.shape={shape!r}: "
+                                 + "; ".join(differ) + " (drop model.shape: the folder's sizes are used)")
 
 
 def check_field_names(config_class: type, fields: dict) -> None:

@@ -72,6 +72,10 @@ def write_report(out_dir: str, *, log: Callable[..., None] = print, plot: bool =
     paths.update({f"eval:{k}": v for k, v in write_sweep_eval_report(out_dir, log=lambda *a: None).items()
                   if k != "report"})
     paths["report"] = runs.write_report_section(out_dir, "results", text)
+    if runs.sweep_definition(out_dir).get("kind") == "upcycled":  # an upcycling study: its own results section
+        from depthbench.sweeps.upcycled.report import write_study_section
+
+        paths.update(write_study_section(out_dir))
     if runs.sweep_definition(out_dir).get("kind") == "released":  # releases of the study: its figures beside them
         from depthbench.sweeps.released.compare import write_published_section
 

@@ -28,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arch", help="architecture id (model.arch)")
     parser.add_argument("--shape", help="named grid shape, e.g. tiny-L4 (model.shape)")
     parser.add_argument("--model-config", help="HF config.json to build the model from (model.config_path)")
+    parser.add_argument("--init-from", metavar="DIR",
+                        help="start from the weights of this checkpoint folder, e.g. one written by `depthbench "
+                             "upcycle` (model.init_from; its config gives the architecture and sizes)")
     parser.add_argument("--data", help="prepared data folder (data.data_dir)")
     parser.add_argument("-o", "--output", help="run folder (output_dir)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
@@ -51,6 +54,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     """Run config = file, then flags, then dotted overrides (later wins)."""
     flags = []
     for attr, key in (("arch", "model.arch"), ("shape", "model.shape"), ("model_config", "model.config_path"),
+                      ("init_from", "model.init_from"),
                       ("data", "data.data_dir"), ("output", "output_dir"),
                       ("layer_stats_every", "train.layer_stats_every"), ("wait_for_writer", "wait_for_writer")):
         value = getattr(args, attr, None)

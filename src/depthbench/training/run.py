@@ -17,7 +17,7 @@ import torch
 from depthbench import atomic, registry, runs
 from depthbench.config import RunConfig, RunConfigError
 from depthbench.data import TokenShards, TokenWindows, WindowLoader, verify_data
-from depthbench.model_config import resolve_model_config
+from depthbench.model_config import init_folder, resolve_model_config
 from depthbench.training.checkpoint import Checkpointer, TrainerState
 from depthbench.training.errors import NonFiniteLossError, TrainingError
 from depthbench.training.layer_stats import LayerStats
@@ -132,9 +132,23 @@ class Run:
 
         cfg, acc = self.cfg, self.accelerator
         set_seed(cfg.train.seed)
-        self.arch_id, self.model_config = resolve_model_config(cfg.model, self.shards, seq_len=cfg.data.seq_len)
+        self.init_from = None  # provenance of model.init_from (depthbench.training.init_from)
+        if cfg.model.init_from and self.resume_from and (self.start.resolved or {}).get("model_config"):
+            # a resumed run never reads the init folder again: its model config is its own record, its weights
+            # come from its checkpoint
+            self.arch_id, self.model_config = _recorded_model_config(self.start.resolved)
+            self.init_from = self.start.resolved.get("init_from")
+        else:
+            self.arch_id, self.model_config = resolve_model_config(cfg.model, self.shards, seq_len=cfg.data.seq_len)
         self.check_data()
         model = registry.build_model(self.arch_id, config=self.model_config)
+        if cfg.model.init_from and not self.resume_from:
+            from depthbench.training import init_from
+
+            folder = init_folder(cfg.model.init_from)
+            init_from.check_tokenizer(folder, self.shards.tokenizer_dir)
+            init_from.load_weights(model, folder)
+            self.init_from = init_from.provenance(folder) if self.main else None
         model.set_attn_implementation(cfg.model.attn_implementation)
         if cfg.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
@@ -225,6 +239,7 @@ class Run:
                 "distributed_type": self.distributed_type(), "num_parameters": self.num_parameters,
                 "parameter_counts": self.model_config.parameter_counts(),
                 "model_config": self.model_config.to_dict(),
+                "init_from": self.init_from,
                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
             },
         }
@@ -391,9 +406,20 @@ class Run:
             "world_size": self.accelerator.num_processes, "output_dir": os.path.abspath(self.cfg.output_dir),
             "final_dir": os.path.abspath(final_dir) if final_dir else None,
         }
+        if self.init_from:
+            out["init_from"] = {"path": self.init_from["path"], "sha256": self.init_from["sha256"]}
         if self.cfg.train.profile:
             out["profile"] = profile_summary(timings)
         return out
+
+def _recorded_model_config(resolved: dict):
+    """``(architecture id, HF config)`` from a run's own ``run_config.json`` ``resolved`` entry."""
+    fields = dict(resolved["model_config"])
+    for key in ("model_type", "architectures", "auto_map", "transformers_version", "torch_dtype", "dtype"):
+        fields.pop(key, None)
+    arch = resolved["arch"]
+    return arch, registry.get(arch).config_class(**fields)
+
 
 def _open_split(data_dir: str, split: str, allow_empty: bool = False):
     if not os.path.isdir(data_dir):

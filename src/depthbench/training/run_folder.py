@@ -32,6 +32,7 @@ IDENTITY_KEYS = {
     "model.config_path": "the model's weights in the checkpoint were built from it",
     "model.fields": "the model's weights in the checkpoint were built from them",
     "model.vocab_size": "the model's embeddings in the checkpoint have it",
+    "model.init_from": "the model's weights in the checkpoint started from it",
     "data.data_dir": "the data stream and the loader position in the checkpoint belong to it",
     "data.seq_len": "the data stream and the loader position in the checkpoint depend on it",
     "optim.betas": "it is restored from the optimizer state of the checkpoint, a new value would not apply",

@@ -18,7 +18,7 @@ from depthbench.upcycle.sources import FAMILIES, UpcycleError
 _DTYPES = ("float32", "bfloat16", "float16")
 
 
-def _positive_int(text: str) -> int:
+def grow_depth_arg(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -29,7 +29,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _overrides(items: list[str]) -> dict:
+def field_overrides(items: list[str]) -> dict:
     out = {}
     for item in items or []:
         key, sep, value = item.partition("=")
@@ -78,7 +78,8 @@ def _cmd_upcycle(args: argparse.Namespace) -> int:
     check_output(args.output, args.overwrite)  # before any loading: a bad folder costs nothing
     result = upcycle(args.source, args.arch, grow_depth=args.grow_depth or 0, grow_mode=args.grow_mode,
                      dtype=args.dtype, allow_function_change=args.allow_function_change,
-                     overrides=_overrides(args.set), revision=args.revision, gguf_file=args.gguf_file, seed=args.seed)
+                     overrides=field_overrides(args.set), revision=args.revision, gguf_file=args.gguf_file,
+                     seed=args.seed)
     out = result.save(args.output, overwrite=args.overwrite)
     r = result.report
     grown = f", {r['growth']['new_blocks']} new blocks ({r['growth']['mode']})" if r["growth"]["new_blocks"] else ""
@@ -106,7 +107,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("source", help="local folder or Hub id of the source model")
     p.add_argument("-o", "--output", required=True, help="output folder (new or empty)")
     p.add_argument("--arch", required=True, help="registered architecture id (depthbench archs)")
-    p.add_argument("--grow-depth", type=_positive_int, metavar="K", help="add K new blocks (zero output projections)")
+    p.add_argument("--grow-depth", type=grow_depth_arg, metavar="K", help="add K new blocks (zero output projections)")
     p.add_argument("--grow-mode", choices=("interleave", "append"), default="interleave",
                    help="where the new blocks go: spread between the source's blocks (default) or after the last")
     p.add_argument("--dtype", choices=_DTYPES, help="dtype of the saved weights (default float32; measured in fp32)")
