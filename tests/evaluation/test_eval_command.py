@@ -265,3 +265,52 @@ def test_lm_eval_git_lookup_is_quiet_outside_a_git_folder(tmp_path, monkeypatch,
     assert seen["hash"] == reference is None
     assert capfd.readouterr().err == ""
     assert lm_eval.evaluator.get_git_commit_hash is get_git_commit_hash  # restored afterwards
+
+
+# ------------------------------------------------------------------------------------------------------ output
+def test_a_sweep_evaluation_is_one_bar_and_each_warning_once(tokenizer, tmp_path, capfd, caplog):
+    """Three tiny runs evaluated as the demo does: the whole stage prints a handful of lines (one progress bar,
+    plain lines when the output is not a terminal, with the run and task counts), none of lm-eval's per-request
+    bars nor transformers' weight-loading bar; lm-eval's warnings about how depthbench calls it are gone and any
+    other warning comes once; lm-eval, datasets and transformers are as they were afterwards."""
+    import logging
+
+    import datasets
+    import lm_eval.api.task
+    from tqdm.std import tqdm
+    from transformers.utils import logging as hf_logging
+
+    from depthbench.evaluation.harness import evaluate_sweep
+
+    sweep = tmp_path / "sweep"
+    (sweep / "runs").mkdir(parents=True)
+    (sweep / "sweep.json").write_text("{}")
+    for layers in (1, 2, 3):
+        run = sweep / "runs" / f"pre_ln__tiny-L{layers}__lr0.003__s0"
+        _checkpoint(run / "final", tokenizer, layers=layers)
+        (run / "summary.json").write_text(json.dumps({"arch": "pre_ln", "status": "finished"}))
+    capfd.readouterr()
+    real_download = lm_eval.api.task.ConfigurableTask.download
+
+    def download_and_warn(self, *args, **kwargs):  # a warning that matters, raised by every run's task
+        logging.getLogger("lm_eval.api.task").warning("a warning that matters")
+        return real_download(self, *args, **kwargs)
+
+    caplog.set_level(logging.WARNING)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lm_eval.api.task.ConfigurableTask, "download", download_and_warn)
+        evaluate_sweep(str(sweep), ["depthbench_synthetic_mc_pointer", "depthbench_synthetic_mc_arithmetic"],
+                       limit=4, batch_size=4, device="cpu", log=lambda *a: None)
+    captured = capfd.readouterr()
+    lines = (captured.out + captured.err).splitlines()
+    assert len(lines) < 20 and "\r" not in captured.err, lines
+    assert not any("Running loglikelihood" in line or "Loading weights" in line for line in lines), lines
+    assert lines[-1].startswith("eval: 100%") and "6/6" in lines[-1], lines
+    warnings = [r.getMessage() for r in caplog.records if r.name.startswith(("lm_eval", "transformers"))]
+    assert warnings.count("a warning that matters") == 1, warnings
+    assert len(warnings) == len(set(warnings)), warnings
+    assert not any("`pretrained` model kwarg" in w or "Custom kwargs" in w for w in warnings), warnings
+    assert lm_eval.api.task.tqdm is tqdm  # everything restored
+    assert datasets.is_progress_bar_enabled() and hf_logging.is_progress_bar_enabled()
+    assert not any(h.filters for h in [*logging.getLogger().handlers, logging.lastResort])
+    assert logging.getLogger("lm_eval").level == logging.NOTSET

@@ -117,7 +117,8 @@ def test_a_stop_signal_stops_the_runs_in_flight_and_starts_no_new_one(tmp_path):
 
 def test_two_workers_train_the_same_results_as_one_process(tmp_path):
     """A real tiny sweep: 4 runs with 2 workers (one thread each) and in this process (one thread, as the test
-    session runs) give identical held-out losses, run by run."""
+    session runs) give identical held-out losses, run by run. A worker's ``console.log`` reads in a text editor: the
+    training progress is there as plain lines with step counts, no ``\r`` frames, no overlong line."""
     import torch
 
     from depthbench.data.synthetic import build_demo_corpus
@@ -129,7 +130,7 @@ def test_two_workers_train_the_same_results_as_one_process(tmp_path):
     data = tmp_path / "data"
     build_demo_corpus(str(data), synthetic_docs=300, eval_synthetic_docs=20, text_fraction=0.3, vocab_size=300)
     base = {"data": {"data_dir": str(data), "seq_len": 32, "eval_sequences": 4},
-            "train": {"global_batch_size": 4, "micro_batch_size": 4, "max_steps": 3, "progress": False},
+            "train": {"global_batch_size": 4, "micro_batch_size": 4, "max_steps": 3, "progress": True},
             "checkpoint": {"hf_export": False, "hash_files": False}}
     small = ["model.fields.hidden_size=32", "model.fields.intermediate_size=64", "model.fields.head_dim=8",
              "model.fields.vocab_size=300"]
@@ -143,3 +144,7 @@ def test_two_workers_train_the_same_results_as_one_process(tmp_path):
                             for r in collect_results(str(out))}
     assert len(results[1]) == 4 and {v[0] for v in results[1].values()} == {"finished"}
     assert results[2] == results[1]
+    for log in (tmp_path / "out2" / "runs").glob(f"*/{CONSOLE_LOG}"):
+        text = log.read_text(encoding="utf-8")
+        assert "\r" not in text and max(map(len, text.splitlines())) < 200, text
+        assert [line for line in text.splitlines() if line.startswith("train:")][-1].count("3/3") == 1, text

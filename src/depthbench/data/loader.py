@@ -77,7 +77,7 @@ def verify_data(data_dir: str, splits: Iterable[str] | None = None, *, force: bo
         DataError: A shard's content differs from ``meta.json`` or holds ids outside the vocabulary (names the shard
             and the offset).
     """
-    from tqdm.auto import tqdm
+    from depthbench.progress import progress_bar
 
     meta = load_meta(data_dir)
     cache_path = _verify_cache_path(data_dir, meta)
@@ -101,7 +101,7 @@ def verify_data(data_dir: str, splits: Iterable[str] | None = None, *, force: bo
         else:
             todo.append((shard, path, st))
     total = sum(st.st_size for _, _, st in todo)
-    with tqdm(total=total, unit="B", unit_scale=True, desc=f"verifying {len(todo)} shard(s) of {data_dir}",
+    with progress_bar(total=total, unit="B", unit_scale=True, desc=f"verifying {len(todo)} shard(s) of {data_dir}",
               disable=not (progress and todo), mininterval=1.0) as bar:
         for shard, path, st in todo:
             h, max_id = hashlib.sha256(), -1

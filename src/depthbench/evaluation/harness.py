@@ -15,7 +15,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -130,6 +132,98 @@ def _simple_evaluate(**kwargs) -> dict[str, Any]:
         lm_eval.evaluator.add_env_info, lm_eval.evaluator.get_git_commit_hash = real, real_git
 
 
+# ============================================================================================ quiet lm-eval
+LIBRARY_LOGGERS = ("lm_eval", "lm-eval", "transformers", "datasets")
+"""The loggers whose warnings an evaluation stage shows once each (:func:`quiet_lm_eval`)."""
+HOW_WE_CALL_LM_EVAL = (
+    "`pretrained` model kwarg is not of type `str`",  # we pass the loaded model object, on purpose
+    "Passed an already-initialized model through `pretrained`",
+    "Custom kwargs can be passed to `--metadata`",  # advice for lm-eval's CLI, per task; the harness passes metadata
+)
+"""lm-eval warnings about how depthbench calls it (not about the model or the tasks): dropped in a stage."""
+
+
+class _OncePerStage(logging.Filter):
+    """Drops, for records of :data:`LIBRARY_LOGGERS`, the messages of :data:`HOW_WE_CALL_LM_EVAL` and any message
+    already shown in this stage; other records pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[int, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.split(".")[0] not in LIBRARY_LOGGERS:
+            return True
+        message = record.getMessage()
+        key = (record.levelno, message)
+        if key in self.seen or any(noise in message for noise in HOW_WE_CALL_LM_EVAL):
+            return False
+        self.seen.add(key)
+        return True
+
+
+@functools.lru_cache(maxsize=1)
+def _no_bar() -> type:
+    """tqdm with ``disable=True`` forced: lm-eval's progress bars inside a stage (which shows one bar of its own)."""
+    from tqdm.std import tqdm
+
+    class NoBar(tqdm):
+        def __init__(self, *args, **kwargs):
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+
+    return NoBar
+
+
+_QUIET_DEPTH = [0]
+
+
+@contextlib.contextmanager
+def quiet_lm_eval():
+    """While the block runs (an evaluation stage; reentrant): lm-eval's own progress bars off (the ``tqdm`` of its
+    loaded modules), those of ``datasets`` and ``transformers`` off, lm-eval's loggers at ``WARNING`` (unless
+    ``LMEVAL_LOG_LEVEL`` asks for another level), and each distinct warning of lm-eval, transformers and datasets
+    shown once, less those about how depthbench calls lm-eval (:data:`HOW_WE_CALL_LM_EVAL`). Everything is as it
+    was afterwards."""
+    if _QUIET_DEPTH[0]:
+        yield
+        return
+    import datasets
+    import lm_eval.api.model
+    import lm_eval.api.task
+    import lm_eval.evaluator
+    import lm_eval.models.huggingface  # noqa: F401  (loaded before their tqdm is switched off)
+    from tqdm.std import tqdm
+    from transformers.utils import logging as hf_logging
+
+    with contextlib.ExitStack() as stack:
+        for module in [m for name, m in list(sys.modules.items()) if name.split(".")[0] == "lm_eval" and m]:
+            if getattr(module, "tqdm", None) is tqdm:
+                module.tqdm = _no_bar()
+                stack.callback(setattr, module, "tqdm", tqdm)
+        if datasets.is_progress_bar_enabled():
+            datasets.disable_progress_bars()
+            stack.callback(datasets.enable_progress_bars)
+        if hf_logging.is_progress_bar_enabled():
+            hf_logging.disable_progress_bar()
+            stack.callback(hf_logging.enable_progress_bar)
+        if not os.environ.get("LMEVAL_LOG_LEVEL"):
+            for name in ("lm_eval", "lm-eval"):
+                logger = logging.getLogger(name)
+                stack.callback(logger.setLevel, logger.level)
+                logger.setLevel(logging.WARNING)
+        handlers = {logging.lastResort, *logging.getLogger().handlers}
+        for name in LIBRARY_LOGGERS:
+            handlers.update(logging.getLogger(name).handlers)
+        for handler in handlers - {None}:  # a filter each: every output (terminal, log file) shows a warning once
+            once = _OncePerStage()
+            handler.addFilter(once)
+            stack.callback(handler.removeFilter, once)
+        _QUIET_DEPTH[0] += 1
+        stack.callback(_QUIET_DEPTH.__setitem__, 0, 0)
+        yield
+
+
 def task_manager(names: list[str], metadata: dict[str, Any], include_path: str | os.PathLike | None = None):
     """An lm-eval ``TaskManager`` over ``include_path`` (default :func:`tasks_dir`; built-in tasks indexed only
     when a name needs them).
@@ -214,9 +308,10 @@ def _evaluate_task(lm, manager, name: str, limit: float | None, data_dir: str | 
 
 
 def _run_tasks(lm, manager, pending: list[str], *, model_id: str, limit: float | None, data_dir: str | None,
-               out: Path, merged: dict[str, Any] | None, log) -> tuple[dict[str, Any] | None, list[str]]:
-    """Evaluate each of ``pending`` on its own, saving ``results.json`` and ``results.md`` after each; returns
-    the merged results and the failures (a failing task does not stop the others)."""
+               out: Path, merged: dict[str, Any] | None, log, on_task=lambda: None
+               ) -> tuple[dict[str, Any] | None, list[str]]:
+    """Evaluate each of ``pending`` on its own, saving ``results.json`` and ``results.md`` after each (and calling
+    ``on_task()``); returns the merged results and the failures (a failing task does not stop the others)."""
     failures: list[str] = []
     out.mkdir(parents=True, exist_ok=True)
     for name in pending:
@@ -226,12 +321,14 @@ def _run_tasks(lm, manager, pending: list[str], *, model_id: str, limit: float |
         except Exception as exc:  # noqa: BLE001 - reported by the caller, after the other tasks ran and were saved
             failures.append(f"task {name} failed on {model_id}: {type(exc).__name__}: {exc}")
             log(f"eval: {failures[-1]}")
+            on_task()
             continue
         merged = merge_results(merged, result)
         merged["config"]["model"] = model_id
         atomic.write_json(str(out / runs.EVAL_RESULTS), merged)
         atomic.write_text(str(out / "results.md"), render_results_md(merged, model_id))
         log(f"eval: {name} done in {result['wall_seconds'][name]:.1f}s")
+        on_task()
     return merged, failures
 
 
@@ -239,15 +336,25 @@ def evaluate_checkpoint(target: str, tasks: list[str], *, out_dir: str | os.Path
                         limit: float | None = None, batch_size: int | str = 8, device: str | None = None,
                         dtype: str = "auto", data_dir: str | None = None, include_path: str | None = None,
                         trust_remote_code: bool = False, max_length: int | None = None, update_card: bool = True,
-                        log=print) -> dict[str, Any]:
+                        log=print, on_task=lambda: None) -> dict[str, Any]:
     """Evaluate one checkpoint (run folder, model folder or Hub id) on ``tasks``; returns the merged results.
 
     Writes ``results.json`` (lm-eval's format, plus ``limits``: the ``--limit`` of each entry) and ``results.md``
     to ``out_dir`` (default ``<folder>/eval``; ``eval/<org>__<name>`` for a Hub id) after every task, and the
     ``model-index`` of ``<model folder>/README.md``. Tasks already in ``results.json`` with the same limit are
     skipped. A task that fails does not stop the others; the failures are raised together at the end, after
-    every finished result is saved.
+    every finished result is saved. ``on_task()`` runs after each task (evaluated, failed or skipped). lm-eval runs
+    quiet (:func:`quiet_lm_eval`): the progress is ``log``'s lines, or the caller's bar.
     """
+    with quiet_lm_eval():
+        return _evaluate_checkpoint(target, tasks, out_dir=out_dir, limit=limit, batch_size=batch_size, device=device,
+                                    dtype=dtype, data_dir=data_dir, include_path=include_path,
+                                    trust_remote_code=trust_remote_code, max_length=max_length,
+                                    update_card=update_card, log=log, on_task=on_task)
+
+
+def _evaluate_checkpoint(target: str, tasks: list[str], *, out_dir, limit, batch_size, device, dtype, data_dir,
+                         include_path, trust_remote_code, max_length, update_card, log, on_task) -> dict[str, Any]:
     model_id = runs.model_dir(target)  # a ValueError saying what to pass for a folder that holds no model
     local = Path(model_id).exists()
     out = _output_dir(target, model_id, out_dir, local)
@@ -261,6 +368,8 @@ def evaluate_checkpoint(target: str, tasks: list[str], *, out_dir: str | os.Path
     if data_dir:
         metadata["depthbench_data_dir"] = data_dir
     manager = task_manager(tasks, metadata, include_path)  # unknown names fail before the model is loaded
+    for _ in range(len(tasks) - len(pending)):
+        on_task()
     if not pending:
         log(f"eval: {model_id}: all of {', '.join(tasks)} already in {results_path} (limit {limit}); skipped")
         return old
@@ -271,7 +380,7 @@ def evaluate_checkpoint(target: str, tasks: list[str], *, out_dir: str | os.Path
     lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length,
               backend="causal")
     merged, failures = _run_tasks(lm, manager, pending, model_id=model_id, limit=limit, data_dir=data_dir, out=out,
-                                  merged=old, log=log)
+                                  merged=old, log=log, on_task=on_task)
     if update_card and local and merged:
         card = record_in_model_card(Path(model_id) / "README.md", merged, _card_name(model_id), task_dir=tasks_dir())
         log(f"eval: model-index updated in {card}")
@@ -285,8 +394,11 @@ def evaluate_checkpoint(target: str, tasks: list[str], *, out_dir: str | os.Path
 def evaluate_sweep(sweep_dir: str, tasks: list[str], *, log=print, **kwargs) -> dict[str, Any]:
     """Evaluate the final model of every finished run of a sweep (resumable: finished evaluations are skipped),
     then write ``eval_results.csv``, the plot(s) against aspect ratio and the report section
-    (:func:`depthbench.evaluation.sweep.write_sweep_eval_report`). Returns ``{run name: results}``."""
-    from tqdm.auto import tqdm
+    (:func:`depthbench.evaluation.sweep.write_sweep_eval_report`). Returns ``{run name: results}``.
+
+    The stage shows one progress bar, a step per (run, task) (:func:`depthbench.progress.progress_bar`), with
+    ``log``'s lines above it and lm-eval quiet (:func:`quiet_lm_eval`: its bars off, each warning once)."""
+    from depthbench.progress import progress_bar
 
     finished = runs.sweep_runs(sweep_dir, finished=True)
     if not finished:
@@ -294,14 +406,24 @@ def evaluate_sweep(sweep_dir: str, tasks: list[str], *, log=print, **kwargs) -> 
                         "final/); train it first")
     out: dict[str, Any] = {}
     failures = []
-    for run in tqdm(finished, desc="eval runs", unit="run"):
-        try:
-            out[run.name] = evaluate_checkpoint(run.run_dir, tasks, log=log, **kwargs)
-        except EvalError as exc:
-            if "unknown task" in str(exc):
-                raise
-            failures.append(f"{run.name}: {exc}")
-            log(f"eval: {run.name} failed: {exc}")
+    with quiet_lm_eval(), progress_bar(total=len(finished) * len(tasks), desc="eval", unit="task") as bar:
+        def say(*args) -> None:  # print's lines above the bar (tqdm.write), any other log as it is
+            if log is print:
+                bar.write(" ".join(map(str, args)), file=sys.stdout)
+            else:
+                log(*args)
+
+        for i, run in enumerate(finished):
+            bar.set_postfix_str(run.name, refresh=False)
+            try:
+                out[run.name] = evaluate_checkpoint(run.run_dir, tasks, log=say, on_task=lambda: bar.update(1),
+                                                    **kwargs)
+            except EvalError as exc:
+                if "unknown task" in str(exc):
+                    raise
+                failures.append(f"{run.name}: {exc}")
+                say(f"eval: {run.name} failed: {exc}")
+            bar.update((i + 1) * len(tasks) - bar.n)  # a run that failed before its tasks: counted as done
     write_sweep_eval_report(sweep_dir, log=log)
     if failures:
         raise EvalError(f"{len(failures)} run(s) failed (the others are saved): " + "; ".join(failures))

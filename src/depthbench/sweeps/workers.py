@@ -7,7 +7,8 @@ spawned processes busy, each training one point at a time with ``torch.set_num_t
 same ordinary training run as with ``--workers 1`` (the same folder, resume and summary), so the results do not depend
 on how many workers trained them.
 
-Each worker writes what the trainer prints (progress bar, warnings) to ``<run>/console.log``; the calling process
+Each worker writes what the trainer prints (progress, as plain lines: :mod:`depthbench.progress`; warnings) to
+``<run>/console.log``; the calling process
 prints one line when a run starts and one when it ends. Stop signals: SIGINT or SIGTERM to the calling process (or
 Ctrl-C, which reaches every process of the terminal's group) stops the runs in flight after their current step,
 checkpointed, and starts no new one; running the same command again resumes them. A run that fails stops the others

@@ -308,9 +308,9 @@ class Run:
 
     @contextlib.contextmanager
     def progress_bar(self):
-        from tqdm.auto import tqdm
+        from depthbench.progress import progress_bar  # plain lines when stderr is a file (a worker's console.log)
 
-        bar = tqdm(total=self.max_steps, initial=self.state.step, desc="train", unit="step", dynamic_ncols=True,
+        bar = progress_bar(total=self.max_steps, initial=self.state.step, desc="train", unit="step", dynamic_ncols=True,
                    disable=not (self.main and self.cfg.train.progress))
         try:
             yield bar

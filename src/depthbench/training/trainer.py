@@ -93,8 +93,8 @@ def _loop(run: Run, stop: StopFlag) -> dict:
                 row.update(run.collect_layer_stats())
             if step % cfg.train.log_every == 0 or capture or step == run.max_steps:
                 run.log(row, step)
+            bar.set_postfix(run.metrics.postfix(row), refresh=False)  # before update: a line shows this step's loss
             bar.update(1)
-            bar.set_postfix(run.metrics.postfix(row), refresh=False)
             timings.append((time.perf_counter() - t0, t_model, t_data))
             if run.eval_sets and (step == run.max_steps or (cfg.train.eval_every and step % cfg.train.eval_every == 0)):
                 state.last_eval = run.evaluate()
