@@ -81,15 +81,7 @@ def _from_config_file(config_path: str, arch: str | None) -> tuple[str | None, d
     path = os.path.join(config_path, "config.json") if os.path.isdir(config_path) else config_path
     if not os.path.isfile(path):
         raise RunConfigError(f"model.config_path: {path} does not exist")
-    try:
-        fields = atomic.read_json(path)
-    except ValueError as exc:
-        raise RunConfigError(f"model.config_path: {exc}") from None
-    if not isinstance(fields, dict):
-        raise RunConfigError(f"model.config_path: {path} does not hold a JSON object (an HF config.json)")
-    model_type = fields.pop("model_type", None)
-    for key in _FILE_KEYS:
-        fields.pop(key, None)
+    model_type, fields = _config_json_fields(path, "model.config_path")
     if arch is None:
         matches = [a.id for a in registry.ARCHITECTURES.values() if a.model_type == model_type]
         if not matches:
@@ -99,20 +91,27 @@ def _from_config_file(config_path: str, arch: str | None) -> tuple[str | None, d
     return arch, fields
 
 
+def _config_json_fields(path: str, key: str) -> tuple[Any, dict[str, Any]]:
+    """``(model_type, config fields)`` of the HF ``config.json`` at ``path`` (named by the run-config ``key`` in
+    errors), without the keys that describe the file rather than the model (:data:`_FILE_KEYS`)."""
+    try:
+        fields = atomic.read_json(path)
+    except ValueError as exc:
+        raise RunConfigError(f"{key}: {exc}") from None
+    if not isinstance(fields, dict):
+        raise RunConfigError(f"{key}: {path} does not hold a JSON object (an HF config.json)")
+    model_type = fields.pop("model_type", None)
+    for name in _FILE_KEYS:
+        fields.pop(name, None)
+    return model_type, fields
+
+
 def _from_init_folder(model: ModelConfig) -> tuple[str, dict[str, Any]]:
     """``(architecture, config fields)`` of ``model.init_from``'s ``config.json``, after checking that
     ``model.arch`` / ``model.shape`` (when given) agree with it (``depthbench.training.init_from``)."""
     folder = init_folder(model.init_from)
     path = os.path.join(folder, "config.json")
-    try:
-        fields = atomic.read_json(path)
-    except ValueError as exc:
-        raise RunConfigError(f"model.init_from: {exc}") from None
-    if not isinstance(fields, dict):
-        raise RunConfigError(f"model.init_from: {path} does not hold a JSON object (an HF config.json)")
-    model_type = fields.pop("model_type", None)
-    for key in _FILE_KEYS:
-        fields.pop(key, None)
+    model_type, fields = _config_json_fields(path, "model.init_from")
     matches = [a.id for a in registry.ARCHITECTURES.values() if a.model_type == model_type]
     if not matches:
         raise RunConfigError(f"model.init_from {folder}: model_type {model_type!r} is not a depthbench architecture "
