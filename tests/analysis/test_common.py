@@ -74,3 +74,13 @@ def test_write_result_writes_json_csv_and_png(tmp_path):
 def test_write_result_without_rows_or_plot_writes_the_json_alone(tmp_path):
     write_result(MetricResult("lone", {"x": 1}), str(tmp_path))
     assert [p.name for p in tmp_path.iterdir()] == ["lone.json"]  # no .tmp left behind either
+
+
+def test_progress_in_a_log_file_is_plain_lines(capsys):
+    """Where stderr is not a terminal (a run's console.log, a redirected demo), the analyses' bars are lines a text
+    editor reads: no carriage-return frames (``depthbench.progress``)."""
+    ctx = ctx_for(build("pre_ln"))
+    ctx.progress = True
+    assert list(ctx.bar(range(20), desc="causal", total=20)) == list(range(20))
+    err = capsys.readouterr().err
+    assert "\r" not in err and "causal: 100%" in err and len(err.splitlines()) <= 12

@@ -87,9 +87,9 @@ class AnalysisContext:
             yield ids.to(self.device)
 
     def bar(self, iterable, desc: str, total: int | None = None, **kwargs):
-        from tqdm.auto import tqdm
+        from depthbench.progress import progress_bar
 
-        return tqdm(iterable, desc=desc, total=total, disable=not self.progress, leave=False, **kwargs)
+        return progress_bar(iterable, desc=desc, total=total, disable=not self.progress, leave=False, **kwargs)
 
     def count_batches(self, windows: np.ndarray | None = None) -> int:
         return -(-len(self.windows if windows is None else windows) // self.micro_batch_size)
