@@ -99,7 +99,9 @@ setup(
     ],
     extras_require={
         "track": ["tensorboard", "wandb"],
-        "test": ["pytest>=8", "tensorboard", "ruff", "pyarrow", "peft>=0.21"],
+        "test": ["pytest>=8", "tensorboard", "ruff", "pyarrow", "peft>=0.21", "gguf>=0.10"],
+        # GGUF sources for `depthbench upcycle --gguf-file` (transformers reads GGUF through the gguf package)
+        "gguf": ["gguf>=0.10"],
         # Import-time dependencies of the upstream OLMo-core oracle (tests/hub/test_convert.py). OLMo-core itself and
         # cached-path are installed WITHOUT dependency resolution (their pins would downgrade huggingface_hub):
         #   pip install -e ".[test,oracle]" && pip install --no-deps ai2-olmo-core==3.0.0 cached-path==1.8.10
