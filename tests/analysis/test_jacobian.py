@@ -49,6 +49,7 @@ def test_jacobian_progress_moves_per_window_position_and_block(monkeypatch):
             return super().update(n)
 
     monkeypatch.setattr(tqdm.auto, "tqdm", Recorder)
+    monkeypatch.setattr("depthbench.progress.progress_bar", Recorder)  # the analyses' bars come from there
     analyze(build("pre_ln"), WINDOWS, ["jacobian"], micro_batch_size=2, progress=True,
             options={"jacobian": {"positions": 3, "windows": 3}})
     (bar,) = [b for b in bars if b.desc.startswith("jacobian")]

@@ -297,10 +297,17 @@ def test_a_sweep_evaluation_is_one_bar_and_each_warning_once(tokenizer, tmp_path
         return real_download(self, *args, **kwargs)
 
     caplog.set_level(logging.WARNING)
+    # Once lm-eval has set up its logging (any earlier simple_evaluate in this process), its logger has a handler of
+    # its own and does not propagate to the root, where caplog listens: listen on lm-eval's logger in that state.
+    lm_logger = logging.getLogger("lm_eval")
+    level_before = lm_logger.level
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(lm_eval.api.task.ConfigurableTask, "download", download_and_warn)
+        mp.setattr(lm_logger, "propagate", False)
+        mp.setattr(lm_logger, "handlers", [*lm_logger.handlers, caplog.handler])
         evaluate_sweep(str(sweep), ["depthbench_synthetic_mc_pointer", "depthbench_synthetic_mc_arithmetic"],
                        limit=4, batch_size=4, device="cpu", log=lambda *a: None)
+        assert not caplog.handler.filters  # the stage's filters are gone from every handler it put them on
     captured = capfd.readouterr()
     lines = (captured.out + captured.err).splitlines()
     assert len(lines) < 20 and "\r" not in captured.err, lines
@@ -313,4 +320,4 @@ def test_a_sweep_evaluation_is_one_bar_and_each_warning_once(tokenizer, tmp_path
     assert lm_eval.api.task.tqdm is tqdm  # everything restored
     assert datasets.is_progress_bar_enabled() and hf_logging.is_progress_bar_enabled()
     assert not any(h.filters for h in [*logging.getLogger().handlers, logging.lastResort])
-    assert logging.getLogger("lm_eval").level == logging.NOTSET
+    assert lm_logger.level == level_before
