@@ -655,10 +655,6 @@ WITHOUT_OWN_TEST_FILE = {
     "src/depthbench/training/command.py",
     "src/depthbench/training/model_state.py",
     "src/depthbench/training/sharding.py",
-    # upcycle (tests/upcycle/test_upcycle.py and test_command.py)
-    "src/depthbench/upcycle/checkpoint.py",
-    "src/depthbench/upcycle/core.py",
-    "src/depthbench/upcycle/sources.py",
     # modeling
     "modeling/attnres_depth_mix.py",
     "modeling/configuration_depthbench.py",
