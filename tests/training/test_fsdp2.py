@@ -20,8 +20,8 @@
 * FSDP2 in one process (world size 1, the GPU check's case) equals the plain run.
 
 Run: ``DEPTHBENCH_RUN_SLOW=1 python -m pytest tests/training/test_fsdp2.py -q`` (3-6 minutes on 2 cores, with the
-load: five 2-process launches; the default suite runs only the launch-config checks and the 1-process FSDP2 run,
-~25 s).
+load: five 2-process launches; the default suite runs only the 1-process FSDP2 run, ~25 s). The launch-config
+checks and the one-process sharding helpers: ``tests/training/test_sharding.py``.
 """
 
 from __future__ import annotations
@@ -35,12 +35,10 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from safetensors.torch import load_file
 
-from depthbench.config import RunConfigError, load_run_config
+from depthbench.config import load_run_config
 from depthbench.training.checkpoint import is_complete
-from depthbench.training.sharding import requested
 from depthbench.training.trainer import train
 from tests.helpers import BLOCK_DEPTHBENCH, REPO_ROOT, TINY_FIELDS, make_train_data
 
@@ -140,46 +138,6 @@ def resolved(out: Path) -> dict:
 
 
 # ================================================================================================ default suite
-def test_launch_config_is_read_and_refused_settings_are_named():
-    config = yaml.safe_load(FSDP2_CONFIG.read_text())
-    assert config["distributed_type"] == "FSDP" and config["fsdp_config"]["fsdp_version"] == 2
-    # what `accelerate launch --config_file fsdp2.yaml` exports to the processes (printed by accelerate 1.15)
-    env = {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_RESHARD_AFTER_FORWARD": "true",
-           "FSDP_STATE_DICT_TYPE": "SHARDED_STATE_DICT", "FSDP_OFFLOAD_PARAMS": "false",
-           "FSDP_ACTIVATION_CHECKPOINTING": "false"}
-    assert requested("auto", env).reshard_after_forward is True
-    assert requested("auto", {**env, "FSDP_RESHARD_AFTER_FORWARD": "false"}).reshard_after_forward is False
-    assert requested("auto", {}) is None and requested("ddp", {}) is None
-    assert requested("fsdp2", {}).reshard_after_forward is True  # torchrun / one process: train.parallelism=fsdp2
-    for changed, match in [({"FSDP_VERSION": "1"}, "FSDP2 only"), ({"FSDP_OFFLOAD_PARAMS": "true"}, "offload"),
-                           ({"FSDP_ACTIVATION_CHECKPOINTING": "true"}, "gradient_checkpointing"),
-                           ({"FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT"}, "SHARDED_STATE_DICT")]:
-        with pytest.raises(RunConfigError, match=match):
-            requested("auto", {**env, **changed})
-    with pytest.raises(RunConfigError, match="drop one of the two"):
-        requested("ddp", env)
-    with pytest.raises(RunConfigError, match="train.parallelism"):
-        load_run_config({}, ["train.parallelism=zero3"])
-
-
-def test_mixed_precision_no_is_accepted_as_yaml_reads_it(tmp_path):
-    """YAML 1.1 reads ``no`` as false (``train.mixed_precision=no``, ``mixed_precision: no``): it is the string
-    "no" that the FSDP2 error message asks for, in every spelling."""
-    from depthbench.training.sharding import Fsdp2, Fsdp2Settings
-
-    run_file = tmp_path / "run.yaml"
-    run_file.write_text("train:\n  mixed_precision: no\n")
-    for cfg in (load_run_config({}, ["train.mixed_precision=no"]), load_run_config(str(run_file)),
-                load_run_config({"train": {"mixed_precision": False}}),
-                load_run_config({}, ["train.mixed_precision='no'"])):
-        assert cfg.train.mixed_precision == "no"
-    assert Fsdp2(Fsdp2Settings(), torch.device("cpu"), "no").mixed_precision == "no"
-    with pytest.raises(RunConfigError, match="use bf16 .* or no"):
-        Fsdp2(Fsdp2Settings(), torch.device("cpu"), "fp16")
-    with pytest.raises(RunConfigError, match="train.mixed_precision=True"):  # `yes` is not an allowed value
-        load_run_config({}, ["train.mixed_precision=yes"])
-
-
 def test_fsdp2_in_one_process_equals_the_plain_run(tmp_path):
     """FSDP2 at world size 1 (``train.parallelism=fsdp2`` in a plain process: the trainer makes a 1-rank process
     group itself; the GPU check's FSDP2 case) equals the plain run, and its sharded checkpoint resumes (both
