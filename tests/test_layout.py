@@ -653,7 +653,6 @@ WITHOUT_OWN_TEST_FILE = {
     # training
     "src/depthbench/training/__init__.py",
     "src/depthbench/training/command.py",
-    "src/depthbench/training/model_state.py",
     # modeling
     "modeling/attnres_depth_mix.py",
     "modeling/configuration_depthbench.py",
