@@ -652,7 +652,6 @@ WITHOUT_OWN_TEST_FILE = {
     "src/depthbench/sweeps/upcycled/report.py",  # tests/sweeps/upcycled/test_study.py
     # training
     "src/depthbench/training/__init__.py",
-    "src/depthbench/training/command.py",
     # modeling
     "modeling/attnres_depth_mix.py",
     "modeling/configuration_depthbench.py",
