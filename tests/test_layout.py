@@ -650,8 +650,6 @@ WITHOUT_OWN_TEST_FILE = {
     "src/depthbench/sweeps/released/cost.py",
     "src/depthbench/sweeps/upcycled/command.py",  # tests/sweeps/upcycled/test_study.py
     "src/depthbench/sweeps/upcycled/report.py",  # tests/sweeps/upcycled/test_study.py
-    # training
-    "src/depthbench/training/__init__.py",
     # modeling
     "modeling/attnres_depth_mix.py",
     "modeling/configuration_depthbench.py",
