@@ -623,7 +623,6 @@ WITHOUT_OWN_TEST_FILE = {
     # bench
     "src/depthbench/bench/data_corpus.py",
     "src/depthbench/bench/data_reference.py",
-    "src/depthbench/bench/runner.py",
     # data
     "src/depthbench/data/__init__.py",
     "src/depthbench/data/encode.py",
