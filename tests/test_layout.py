@@ -617,7 +617,6 @@ def _test_file(path: Path) -> Path:
 #: ``modeling_depthbench.py`` by ``tests/modeling/test_contract.py``); shrink it, never grow it.
 WITHOUT_OWN_TEST_FILE = {
     # core
-    "src/depthbench/__init__.py",
     "src/depthbench/cards.py",
     "src/depthbench/eval_records.py",
     # bench
