@@ -631,7 +631,6 @@ WITHOUT_OWN_TEST_FILE = {
     "src/depthbench/evaluation/command.py",
     "src/depthbench/evaluation/harness.py",
     # hub
-    "src/depthbench/hub/command.py",
     "src/depthbench/hub/settings.py",
     "src/depthbench/hub/sync.py",
     "src/depthbench/hub/translators.py",
