@@ -628,8 +628,6 @@ WITHOUT_OWN_TEST_FILE = {
     "src/depthbench/data/__init__.py",
     "src/depthbench/data/encode.py",
     # evaluation
-    "src/depthbench/evaluation/command.py",
-    "src/depthbench/evaluation/harness.py",
     # hub
     "src/depthbench/hub/settings.py",
     "src/depthbench/hub/sync.py",
