@@ -631,7 +631,6 @@ WITHOUT_OWN_TEST_FILE = {
     # hub
     "src/depthbench/hub/settings.py",
     "src/depthbench/hub/sync.py",
-    "src/depthbench/hub/translators.py",
     # sweeps
     "src/depthbench/sweeps/command.py",
     "src/depthbench/sweeps/heldout.py",
