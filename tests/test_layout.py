@@ -629,7 +629,6 @@ WITHOUT_OWN_TEST_FILE = {
     "src/depthbench/data/encode.py",
     # evaluation
     # hub
-    "src/depthbench/hub/sync.py",
     # sweeps
     "src/depthbench/sweeps/command.py",
     "src/depthbench/sweeps/heldout.py",
