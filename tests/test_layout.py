@@ -618,7 +618,6 @@ def _test_file(path: Path) -> Path:
 WITHOUT_OWN_TEST_FILE = {
     # core
     "src/depthbench/cards.py",
-    "src/depthbench/eval_records.py",
     # bench
     "src/depthbench/bench/data_corpus.py",
     "src/depthbench/bench/data_reference.py",
