@@ -617,7 +617,6 @@ def _test_file(path: Path) -> Path:
 #: ``modeling_depthbench.py`` by ``tests/modeling/test_contract.py``); shrink it, never grow it.
 WITHOUT_OWN_TEST_FILE = {
     # core
-    "src/depthbench/cards.py",
     # bench
     "src/depthbench/bench/data_corpus.py",
     "src/depthbench/bench/data_reference.py",
