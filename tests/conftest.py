@@ -6,6 +6,8 @@ Expensive artefacts are built once per test session and only for the architectur
 * ``checkpoints``: a lazy store of saved tiny checkpoints (model + tokenizer + reference logits) per architecture,
   used by the remote-code, lm-eval, loading and bf16 tests.
 * ``selected_arch_ids``: the architecture ids of the collected tests, in registry order.
+* ``hub_run``: one tiny HC training run with HF exports (2 checkpoints + ``final/``), for the model-card tests
+  (tests/test_cards.py) and ``depthbench publish``'s (tests/hub/test_publish.py).
 
 Slow tests (``@pytest.mark.slow``) are skipped unless ``--runslow`` is given or ``DEPTHBENCH_RUN_SLOW=1``.
 Inductor-compile tests (``@pytest.mark.compile``: minutes each on 2 CPU cores, too many for CI's budget) are
@@ -139,3 +141,27 @@ class CheckpointStore:
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> CheckpointStore:
     """Lazily saved tiny checkpoints, one per architecture (see :class:`CheckpointStore`)."""
     return CheckpointStore(tmp_path_factory.mktemp("checkpoints"))
+
+
+@pytest.fixture(scope="session")
+def hub_run(tmp_path_factory) -> Path:
+    """A finished tiny HC run (4 steps, held-out eval and an HF export every 2), trained once per session; tests
+    that alter it copy it first."""
+    from depthbench.config import load_run_config
+    from depthbench.training.trainer import train
+    from tests.helpers import TINY_FIELDS, make_train_data
+
+    work = tmp_path_factory.mktemp("hub_run")
+    data = make_train_data(work / "data", max_topics=10)
+    out = work / "run"
+    cfg = load_run_config({
+        "model": {"arch": "hc", "fields": TINY_FIELDS},
+        "data": {"data_dir": str(data), "seq_len": 32, "eval_sequences": 4, "prefetch": 1},
+        "train": {"global_batch_size": 4, "micro_batch_size": 4, "max_steps": 4, "progress": False,
+                  "eval_every": 2},
+        "optim": {"lr": 3e-3},
+        "checkpoint": {"every": 2, "keep_last": 2, "hf_export": True, "hash_files": False},
+        "output_dir": str(out),
+    }, [])
+    train(cfg)
+    return out

@@ -1,6 +1,6 @@
 """``depthbench.evaluation.sweep``: a sweep's evaluation rows, ``eval_results.csv``, the plots against aspect ratio
 and the ``evaluation`` section of ``report.md``, from hand-written ``eval/results.json`` files (no model, no lm-eval
-run; the end-to-end sweep is in ``test_eval_command.py``).
+run; the end-to-end sweep is in ``test_harness.py``).
 
 Run it with ``python -m pytest tests/evaluation/test_sweep.py -q``.
 """

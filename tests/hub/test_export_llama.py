@@ -109,17 +109,6 @@ def test_a_hub_checkpoint_is_exported_with_its_tokenizer(tmp_path):
         assert max_abs_diff(AutoModelForCausalLM.from_pretrained(out)(ids).logits, model(ids).logits) < 1e-5
 
 
-def test_cli_takes_a_revision():
-    import argparse
-
-    from depthbench.hub.command import register_cli
-
-    parser = argparse.ArgumentParser()
-    register_cli(parser.add_subparsers())
-    args = parser.parse_args(["export-llama", "org/name", "--revision", "step-000002", "-o", "out"])
-    assert args.revision == "step-000002"
-
-
 def test_a_run_folder_exports_its_final_model(tmp_path):
     """``export-llama RUN`` takes the run folder, as every command does (its ``final/`` export), and refuses a run
     without one in a line that says so."""

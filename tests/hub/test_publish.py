@@ -1,6 +1,7 @@
-"""Model cards and ``depthbench publish`` against the loopback Hub (tests/hub/hub_server.py), offline.
+"""``depthbench publish`` against the loopback Hub (tests/hub/hub_server.py), offline.
 
-One tiny HC run (2 checkpoints + final/) is trained once for the module. The round trip publishes it with
+One tiny HC run (2 checkpoints + final/: the session fixture ``hub_run``, tests/conftest.py) is trained once; the
+model cards it publishes are tests/test_cards.py's. The round trip publishes it with
 ``--revisions`` and loads ``main`` and ``step-000002`` back with
 ``AutoModelForCausalLM.from_pretrained("aspect-ratio-scaling/NAME", revision=..., trust_remote_code=True)`` in a
 fresh process that cannot import depthbench, comparing logits with the local exports.
@@ -10,7 +11,6 @@ Run: ``python -m pytest tests/hub/test_publish.py -q``
 
 from __future__ import annotations
 
-import importlib.metadata
 import io
 import json
 import os
@@ -21,33 +21,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from depthbench.cards import write_card
-from depthbench.config import load_run_config
 from depthbench.hub import publish as pub
-from depthbench.training.trainer import train
-from tests.helpers import TINY_FIELDS, make_train_data
 from tests.hub.hub_server import HubServer
 
 ORG = "aspect-ratio-scaling"
 USER = "tester"  # the user of the loopback Hub's write tokens (whoami), the default namespace
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory) -> Path:
-    work = tmp_path_factory.mktemp("hub_run")
-    data = make_train_data(work / "data", max_topics=10)
-    out = work / "run"
-    cfg = load_run_config({
-        "model": {"arch": "hc", "fields": TINY_FIELDS},
-        "data": {"data_dir": str(data), "seq_len": 32, "eval_sequences": 4, "prefetch": 1},
-        "train": {"global_batch_size": 4, "micro_batch_size": 4, "max_steps": 4, "progress": False,
-                  "eval_every": 2},
-        "optim": {"lr": 3e-3},
-        "checkpoint": {"every": 2, "keep_last": 2, "hf_export": True, "hash_files": False},
-        "output_dir": str(out),
-    }, [])
-    train(cfg)
-    return out
 
 
 @pytest.fixture()
@@ -66,46 +44,18 @@ def posts(hub: HubServer) -> list[str]:
     return [p for m, p in hub.requests if m == "POST"]
 
 
-# ================================================================================================ cards
-def test_card_loads_with_huggingface_hub_loaders(tiny_run, tmp_path):
-    from huggingface_hub import ModelCard, metadata_load
-
-    export = tmp_path / "export"
-    export.mkdir()
-    for f in (tiny_run / "final").iterdir():
-        (export / f.name).write_bytes(f.read_bytes())
-    path = write_card(str(export), run_dir=str(tiny_run), repo_id=f"{ORG}/hc-test",
-                      lm_eval={"results": {"depthbench_synthetic": {"acc,none": 0.5, "acc_stderr,none": 0.1}}})
-    card = ModelCard.load(path)
-    meta = metadata_load(path)
-    summary = json.loads((tiny_run / "summary.json").read_text())
-    results = {(r.dataset_type, r.metric_type): r.metric_value for r in card.data.eval_results}
-    for split, loss in summary["eval"].items():
-        assert results[(split, "loss")] == pytest.approx(loss, abs=1e-6)
-    assert results[("depthbench_synthetic", "acc")] == 0.5
-    assert meta["model-index"][0]["name"] == "hc-test" and meta["license"] == "apache-2.0"
-    text = card.text
-    assert "arxiv.org/abs/2409.19606" in text and "2609.32534" in text  # the architecture's paper and the study
-    assert "| 2 | 32 | 16.00 |" in text  # L, d, d/L
-    assert f"{summary['final_train_loss']:.4f}" in text and "![training and held-out loss](loss_curve.png)" in text
-    assert (export / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
-    assert "[More Information Needed]" not in text
-    written_by = f"This card was written by depthbench {importlib.metadata.version('depthbench')}."
-    assert written_by in " ".join(text.split())  # the installed package's version (setup.py reads __version__)
-
-
-def test_checkpoint_exports_carry_cards(tiny_run):
+def test_checkpoint_exports_carry_cards(hub_run):
     from huggingface_hub import ModelCard
 
-    for export in [tiny_run / "final", *sorted((tiny_run / "checkpoints").glob("ckpt-*/hf"))]:
+    for export in [hub_run / "final", *sorted((hub_run / "checkpoints").glob("ckpt-*/hf"))]:
         card = ModelCard.load(export / "README.md")
         assert card.data.model_name and "Hyper-Connections" in card.text, export
 
 
 # ================================================================================================ publish
-def test_dry_run_prints_the_plan_and_writes_nothing(tiny_run, hub):
+def test_dry_run_prints_the_plan_and_writes_nothing(hub_run, hub):
     out = io.StringIO()
-    result = pub.publish(str(tiny_run), revisions=True, dry_run=True, org=ORG, api=api_for(hub, None), out=out)
+    result = pub.publish(str(hub_run), revisions=True, dry_run=True, org=ORG, api=api_for(hub, None), out=out)
     text = out.getvalue()
     (repo,) = result["repos"]
     assert repo == f"{ORG}/hc-lr3e-3-llama-{repo.split('-llama-')[1].split('-')[0]}-L2-pretrain"
@@ -114,17 +64,17 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tiny_run, hub):
 
 
 @pytest.mark.parametrize("token", [None, "hf_invalid", "hf_read_only"])
-def test_missing_or_read_only_token_fails_before_any_upload(tiny_run, hub, token, monkeypatch):
+def test_missing_or_read_only_token_fails_before_any_upload(hub_run, hub, token, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     with pytest.raises(pub.PublishError, match="token"):
-        pub.publish(str(tiny_run), api=api_for(hub, token), out=io.StringIO())
+        pub.publish(str(hub_run), api=api_for(hub, token), out=io.StringIO())
     assert posts(hub) == [] and hub.repos == {}
 
 
-def test_bad_inputs_are_refused(tiny_run, hub, tmp_path):
+def test_bad_inputs_are_refused(hub_run, hub, tmp_path):
     api = api_for(hub, "hf_write")
     with pytest.raises(pub.PublishError, match="NAMESPACE/NAME"):
-        pub.publish(str(tiny_run), repo="no-namespace", api=api)
+        pub.publish(str(hub_run), repo="no-namespace", api=api)
     with pytest.raises(pub.PublishError, match="neither a run folder"):
         pub.publish(str(tmp_path), api=api)
     assert hub.repos == {}
@@ -153,11 +103,11 @@ print("RESULT" + json.dumps(out))
 '''
 
 
-def test_publish_with_revisions_round_trips_and_republishes_only_changes(tiny_run, hub, tmp_path):
+def test_publish_with_revisions_round_trips_and_republishes_only_changes(hub_run, hub, tmp_path):
     from transformers import AutoModelForCausalLM
 
     api = api_for(hub, "hf_write_token")
-    result = pub.publish(str(tiny_run), revisions=True, private=True, api=api, out=io.StringIO())
+    result = pub.publish(str(hub_run), revisions=True, private=True, api=api, out=io.StringIO())
     (repo,) = result["repos"]
     stored = hub.repos[repo]
     assert stored.private and set(stored.branches) == {"main", "step-000002", "step-000004"}
@@ -167,16 +117,16 @@ def test_publish_with_revisions_round_trips_and_republishes_only_changes(tiny_ru
 
     # re-publishing unchanged files makes no commit; a changed file is the only one uploaded
     before = posts(hub)
-    pub.publish(str(tiny_run), revisions=True, api=api, out=io.StringIO())
+    pub.publish(str(hub_run), revisions=True, api=api, out=io.StringIO())
     assert not [p for p in posts(hub)[len(before):] if "/commit/" in p]
-    (tiny_run / "final" / "extra_notes.txt").write_text("added after the first upload\n")
+    (hub_run / "final" / "extra_notes.txt").write_text("added after the first upload\n")
     try:
         out = io.StringIO()
-        pub.publish(str(tiny_run), api=api, out=out)
+        pub.publish(str(hub_run), api=api, out=out)
         assert hub.files(repo)["extra_notes.txt"] == b"added after the first upload\n"
         assert "main: 1 of" in out.getvalue()
     finally:
-        (tiny_run / "final" / "extra_notes.txt").unlink()
+        (hub_run / "final" / "extra_notes.txt").unlink()
 
     # load back by name and revision in a process that cannot import depthbench
     ids = [[1, 5, 7, 9, 2, 4]]
@@ -188,7 +138,7 @@ def test_publish_with_revisions_round_trips_and_republishes_only_changes(tiny_ru
     assert proc.returncode == 0, proc.stderr[-4000:]
     loaded = json.loads(proc.stdout.split("RESULT", 1)[1])
     assert loaded["depthbench_loaded"] is False
-    for rev, local in (("main", tiny_run / "final"), ("step-000002", tiny_run / "checkpoints/ckpt-000002/hf")):
+    for rev, local in (("main", hub_run / "final"), ("step-000002", hub_run / "checkpoints/ckpt-000002/hf")):
         model = AutoModelForCausalLM.from_pretrained(local).eval()
         with torch.no_grad():
             expected = model(torch.tensor(ids)).logits
@@ -200,8 +150,8 @@ FIGURES = ["loss_vs_aspect_ratio.png", "synthetic_acc_vs_aspect_ratio.png", "ana
            "analysis_logit_lens.png"]
 
 
-def make_sweep(tiny_run: Path, sweep: Path, figures: list[str] = FIGURES) -> Path:
-    """A sweep folder around ``tiny_run`` (one finished run, one stopped) whose report links ``figures``."""
+def make_sweep(hub_run: Path, sweep: Path, figures: list[str] = FIGURES) -> Path:
+    """A sweep folder around ``hub_run`` (one finished run, one stopped) whose report links ``figures``."""
     (sweep / "runs").mkdir(parents=True)
     (sweep / "sweep.json").write_text(json.dumps({"archs": ["hc"]}))
     (sweep / "report.md").write_text("# report\n\n" + "".join(f"![{n}]({n})\n\n" for n in figures))
@@ -209,15 +159,15 @@ def make_sweep(tiny_run: Path, sweep: Path, figures: list[str] = FIGURES) -> Pat
         (sweep / name).write_bytes(b"\x89PNG\r\n\x1a\n" + bytes([k]))
     (sweep / "report.html").write_text("<!doctype html><title>report</title>")
     (sweep / "results.csv").write_text("arch\nhc\n")
-    os.symlink(tiny_run, sweep / "runs" / "hc__tiny-L2__lr0.003__s0")
+    os.symlink(hub_run, sweep / "runs" / "hc__tiny-L2__lr0.003__s0")
     unfinished = sweep / "runs" / "hc__tiny-L4__lr0.003__s0"
     unfinished.mkdir()
     (unfinished / "summary.json").write_text(json.dumps({"status": "stopped"}))
     return sweep
 
 
-def test_sweep_publishes_finished_runs_into_a_collection(tiny_run, hub, tmp_path):
-    sweep = make_sweep(tiny_run, tmp_path / "sweep")
+def test_sweep_publishes_finished_runs_into_a_collection(hub_run, hub, tmp_path):
+    sweep = make_sweep(hub_run, tmp_path / "sweep")
     result = pub.publish(str(sweep), api=api_for(hub, "hf_write_token"), out=io.StringIO())
     assert len(result["repos"]) == 1
     collection = hub.collections[result["collection"]]
@@ -229,8 +179,8 @@ def test_sweep_publishes_finished_runs_into_a_collection(tiny_run, hub, tmp_path
         assert files[name] == (sweep / name).read_bytes(), name
 
 
-def test_a_sweep_report_linking_a_missing_figure_is_refused_before_any_upload(tiny_run, hub, tmp_path):
-    sweep = make_sweep(tiny_run, tmp_path / "sweep")
+def test_a_sweep_report_linking_a_missing_figure_is_refused_before_any_upload(hub_run, hub, tmp_path):
+    sweep = make_sweep(hub_run, tmp_path / "sweep")
     (sweep / FIGURES[2]).unlink()
     for dry_run in (True, False):
         with pytest.raises(pub.PublishError, match=f"links the figure '{FIGURES[2]}'.*depthbench report"):
@@ -238,31 +188,31 @@ def test_a_sweep_report_linking_a_missing_figure_is_refused_before_any_upload(ti
     assert posts(hub) == [] and hub.repos == {}
 
 
-def test_default_namespace_is_the_token_s_user_or_must_be_given(tiny_run, hub, monkeypatch):
+def test_default_namespace_is_the_token_s_user_or_must_be_given(hub_run, hub, monkeypatch):
     """Not the study's organisation (no user can write there unless a member): the user ``whoami`` names; a dry
     run without a token has no user, so it asks for --org."""
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    result = pub.publish(str(tiny_run), dry_run=True, api=api_for(hub, "hf_write_token"), out=io.StringIO())
+    result = pub.publish(str(hub_run), dry_run=True, api=api_for(hub, "hf_write_token"), out=io.StringIO())
     assert [r.split("/")[0] for r in result["repos"]] == [USER]
-    result = pub.publish(str(tiny_run), api=api_for(hub, "hf_write_token"), out=io.StringIO())
+    result = pub.publish(str(hub_run), api=api_for(hub, "hf_write_token"), out=io.StringIO())
     assert list(hub.repos) == result["repos"] and result["repos"][0].startswith(f"{USER}/")
     with pytest.raises(pub.PublishError, match="pass --org NAMESPACE"):
-        pub.publish(str(tiny_run), dry_run=True, api=api_for(hub, None), out=io.StringIO())
-    assert pub.publish(str(tiny_run), dry_run=True, org="someone", api=api_for(hub, None),
+        pub.publish(str(hub_run), dry_run=True, api=api_for(hub, None), out=io.StringIO())
+    assert pub.publish(str(hub_run), dry_run=True, org="someone", api=api_for(hub, None),
                        out=io.StringIO())["repos"][0].startswith("someone/")
 
 
-def test_cli_publish_dry_run(tiny_run, hub, capsys, monkeypatch):
+def test_cli_publish_dry_run(hub_run, hub, capsys, monkeypatch):
     from depthbench.cli import main
 
     monkeypatch.setattr(pub, "publish", lambda *a, **k: _recorded.append((a, k)) or {})
     _recorded: list = []
-    assert main(["publish", str(tiny_run), "--dry-run", "--revisions", "--repo", f"{ORG}/x"]) == 0
+    assert main(["publish", str(hub_run), "--dry-run", "--revisions", "--repo", f"{ORG}/x"]) == 0
     (args, kwargs), = _recorded
-    assert args == (str(tiny_run),) and kwargs["dry_run"] and kwargs["revisions"] and kwargs["repo"] == f"{ORG}/x"
+    assert args == (str(hub_run),) and kwargs["dry_run"] and kwargs["revisions"] and kwargs["repo"] == f"{ORG}/x"
 
 
-def test_dry_run_without_a_reachable_hub_still_prints_the_plan(tiny_run, hub, monkeypatch):
+def test_dry_run_without_a_reachable_hub_still_prints_the_plan(hub_run, hub, monkeypatch):
     from huggingface_hub.errors import OfflineModeIsEnabled
 
     api = api_for(hub, None)
@@ -273,7 +223,7 @@ def test_dry_run_without_a_reachable_hub_still_prints_the_plan(tiny_run, hub, mo
     monkeypatch.setattr(api, "list_repo_tree", offline)
     monkeypatch.setattr(api, "list_repo_refs", offline)
     out = io.StringIO()
-    pub.publish(str(tiny_run), dry_run=True, org=ORG, api=api, out=out)
+    pub.publish(str(hub_run), dry_run=True, org=ORG, api=api, out=out)
     assert "unknown" in out.getvalue() and "remote state unreadable" in out.getvalue()
 
 
@@ -303,18 +253,18 @@ def cached_cards(monkeypatch):
     monkeypatch.setattr(cards, "card_files", cached)
 
 
-def test_every_branch_of_an_interrupted_publish_holds_exactly_its_own_files(tiny_run, cached_cards):
+def test_every_branch_of_an_interrupted_publish_holds_exactly_its_own_files(hub_run, cached_cards):
     """A failure injected at each write request of a three-branch publish in turn (refused, or applied with the
     answer lost): every branch that exists afterwards holds exactly the files of its own export (``main`` may also
     be the empty new repository), never another step's or the final model; a rerun then completes."""
     with HubServer() as clean:
-        pub.publish(str(tiny_run), revisions=True, api=api_for(clean, "hf_write"), out=io.StringIO())
+        pub.publish(str(hub_run), revisions=True, api=api_for(clean, "hf_write"), out=io.StringIO())
         (repo,) = clean.repos
         expected = branch_files(clean, repo)
         writes = clean.writes
     assert set(expected) == {"main", "step-000002", "step-000004"}
-    exports = {"main": tiny_run / "final", "step-000002": tiny_run / "checkpoints/ckpt-000002/hf",
-               "step-000004": tiny_run / "checkpoints/ckpt-000004/hf"}
+    exports = {"main": hub_run / "final", "step-000002": hub_run / "checkpoints/ckpt-000002/hf",
+               "step-000004": hub_run / "checkpoints/ckpt-000004/hf"}
     for branch, export in exports.items():  # the reference itself: each branch is its own export, byte for byte
         local = {p.relative_to(export).as_posix(): p.read_bytes() for p in export.rglob("*") if p.is_file()}
         held = expected[branch]
@@ -329,7 +279,7 @@ def test_every_branch_of_an_interrupted_publish_holds_exactly_its_own_files(tiny
                 api = api_for(hub, "hf_write")
                 raised = False
                 try:
-                    pub.publish(str(tiny_run), revisions=True, api=api, out=io.StringIO())
+                    pub.publish(str(hub_run), revisions=True, api=api, out=io.StringIO())
                 except pub.PublishFailed as exc:
                     raised = True
                     assert repo in str(exc) and "\n" not in str(exc) and "rerun" in str(exc)
@@ -346,7 +296,7 @@ def test_every_branch_of_an_interrupted_publish_holds_exactly_its_own_files(tiny
                         continue
                     (step,) = [s for s in expected if s != "main" and branch.endswith(s)]  # a staging branch
                     assert files in (INITIAL, expected[step]), (where, branch)
-                pub.publish(str(tiny_run), revisions=True, api=api, out=io.StringIO())  # a rerun finishes
+                pub.publish(str(hub_run), revisions=True, api=api, out=io.StringIO())  # a rerun finishes
                 assert branch_files(hub, repo) == expected, where
 
 
@@ -372,36 +322,36 @@ def cli_hub(hub, monkeypatch):
     return hub
 
 
-def test_a_namespace_the_token_cannot_write_is_a_one_line_usage_error(tiny_run, cli_hub, capsys):
-    code, err = _cli(["publish", str(tiny_run), "--org", "someone-else"], capsys)
+def test_a_namespace_the_token_cannot_write_is_a_one_line_usage_error(hub_run, cli_hub, capsys):
+    code, err = _cli(["publish", str(hub_run), "--org", "someone-else"], capsys)
     assert code == 2
     assert "someone-else/" in err and "--org" in err  # names the repository and what to do
     assert cli_hub.repos == {} and posts(cli_hub) == []
     # the Hub refusing a write although the namespace looks writable (a fine-grained token): the same, nothing left
     cli_hub.fail_write(0, 403)
-    code, err = _cli(["publish", str(tiny_run), "--revisions"], capsys)
+    code, err = _cli(["publish", str(hub_run), "--revisions"], capsys)
     assert code == 2 and f"{USER}/" in err and "403" in err
     assert cli_hub.repos == {}
 
 
 @pytest.mark.parametrize(("failing_write", "applied"), [(0, False), (2, False), (2, True)])
-def test_a_server_error_is_a_one_line_failure_and_leaves_nothing_half_created(tiny_run, cli_hub, capsys,
+def test_a_server_error_is_a_one_line_failure_and_leaves_nothing_half_created(hub_run, cli_hub, capsys,
                                                                               failing_write, applied):
     """A 503 at the repository's creation or at its main commit (refused, or made with the answer lost; write 1,
     the pre-upload, huggingface_hub retries): exit code 1, one line naming the repository and saying to rerun,
     and no repository left."""
     cli_hub.fail_write(failing_write, 503, applied=applied)
-    code, err = _cli(["publish", str(tiny_run)], capsys)
+    code, err = _cli(["publish", str(hub_run)], capsys)
     assert code == 1
     assert f"{USER}/" in err and "503" in err and "rerun" in err
     assert cli_hub.repos == {}
 
 
-def test_an_unfinished_run_says_it_has_no_final_export(tiny_run, hub, tmp_path):
+def test_an_unfinished_run_says_it_has_no_final_export(hub_run, hub, tmp_path):
     run = tmp_path / "unfinished"
     run.mkdir()
-    (run / "run_config.json").write_bytes((tiny_run / "run_config.json").read_bytes())
-    (run / "metrics.jsonl").write_bytes((tiny_run / "metrics.jsonl").read_bytes())
+    (run / "run_config.json").write_bytes((hub_run / "run_config.json").read_bytes())
+    (run / "metrics.jsonl").write_bytes((hub_run / "metrics.jsonl").read_bytes())
     for dry_run in (True, False):
         with pytest.raises(pub.PublishError, match="no final export yet") as exc:
             pub.publish(str(run), dry_run=dry_run, api=api_for(hub, "hf_write"), out=io.StringIO())
@@ -411,103 +361,27 @@ def test_an_unfinished_run_says_it_has_no_final_export(tiny_run, hub, tmp_path):
 
 @pytest.mark.parametrize("option", [{"repo": f"{ORG}/bad--name"}, {"repo": f"{ORG}/-dash"},
                                     {"repo": f"{ORG}/{'x' * 97}"}, {"org": "bad org"}])
-def test_a_repository_name_the_hub_rejects_is_refused_locally_in_dry_runs_too(tiny_run, hub, option):
+def test_a_repository_name_the_hub_rejects_is_refused_locally_in_dry_runs_too(hub_run, hub, option):
     from depthbench.errors import exit_code
 
     for dry_run in (True, False):
         out = io.StringIO()
         with pytest.raises(pub.PublishError, match="not a valid Hub repository id") as exc:
-            pub.publish(str(tiny_run), dry_run=dry_run, api=api_for(hub, "hf_write"), out=out, **option)
+            pub.publish(str(hub_run), dry_run=dry_run, api=api_for(hub, "hf_write"), out=out, **option)
         assert exit_code(exc.value) == 2 and "remote state unreadable" not in out.getvalue()
     assert hub.requests == []
 
 
-# ================================================================================================ card contents
-def test_card_size_label_matches_the_repository_name(tiny_run):
-    from huggingface_hub import ModelCard
-    from transformers import AutoModelForCausalLM
-
-    from depthbench.cards import card_files
-
-    repo = pub.default_repo_for(str(tiny_run / "final"), str(tiny_run), ORG)
-    label = repo.split("-llama-")[1].split("-")[0]
-    card = ModelCard(card_files(str(tiny_run / "final"), str(tiny_run), repo)["README.md"].decode())
-    total = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(tiny_run / "final").parameters())
-    assert f"| {total:,} ({label}) |" in card.text
-
-
-def test_card_says_what_loading_needs_and_names_the_data_without_local_paths(tiny_run, tmp_path):
-    from huggingface_hub import ModelCard
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-
-    import depthbench
-    from depthbench.cards import card_files
-
-    card = ModelCard(card_files(str(tiny_run / "final"), str(tiny_run), f"{ORG}/x")["README.md"].decode())
-    assert card.data.datasets == ["data"]  # the prepared folder's name (the corpus came from local files)
-    assert str(tmp_path.parent) not in card.content and str(tiny_run.parent) not in card.content
-    # a pre_ln export: stock transformers does not know its model_type, so it needs remote code too
-    assert "depthbench_pre_ln" not in CONFIG_MAPPING_NAMES
-    export = tmp_path / "preln"
-    depthbench.build_model("pre_ln", vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                           num_attention_heads=2).save_pretrained(export)
-    text = ModelCard(card_files(str(export), None, f"{ORG}/p")["README.md"].decode()).text
-    assert "other than Pre-LN" not in text
-    assert "Every architecture, Pre-LN included, needs `trust_remote_code=True`" in text
-    assert "depthbench export-llama" in text  # the way to a checkpoint that loads without remote code
-
-
-def test_card_names_a_hub_dataset_by_its_id(tiny_run, tmp_path):
-    import shutil
-
-    from huggingface_hub import ModelCard
-
-    from depthbench.cards import card_files
-
-    run = tmp_path / "run"
-    shutil.copytree(tiny_run, run, symlinks=True)
-    data = tmp_path / "fineweb-sample"
-    data.mkdir()
-    (data / "meta.json").write_text(json.dumps({"tokenizer": "allenai/OLMo-1B-hf", "sources": [
-        {"kind": "hf", "path": "HuggingFaceFW/fineweb-edu", "split": "auto"}]}))
-    config = json.loads((run / "run_config.json").read_text())
-    config["config"]["data"]["data_dir"] = str(data)
-    (run / "run_config.json").write_text(json.dumps(config))
-    card = ModelCard(card_files(str(run / "final"), str(run), f"{ORG}/x")["README.md"].decode())
-    assert card.data.datasets == ["HuggingFaceFW/fineweb-edu"]
-    assert "HuggingFaceFW/fineweb-edu" in card.text and "allenai/OLMo-1B-hf" in card.text
-    assert str(tmp_path) not in card.content
-
-
-def test_a_step_branch_card_reports_that_step_not_the_final_model(tiny_run):
-    """The card of ``step-000002`` holds the losses logged at step 2 (read here from metrics.jsonl by hand), not
-    the finished run's final losses, and its model-index too."""
-    from huggingface_hub import ModelCard
-
-    from depthbench.cards import card_files
-
-    rows = [json.loads(line) for line in (tiny_run / "metrics.jsonl").read_text().splitlines()]
-    train2 = next(r["train/loss"] for r in rows if r["step"] == 2 and "train/loss" in r)
-    eval2 = next(r["eval/eval/loss"] for r in rows if r["step"] == 2 and "eval/eval/loss" in r)
-    final = json.loads((tiny_run / "summary.json").read_text())
-    card = ModelCard(card_files(str(tiny_run / "checkpoints/ckpt-000002/hf"), str(tiny_run), f"{ORG}/x",
-                                revision="step-000002")["README.md"].decode())
-    assert f"| final train loss (step 2) | {train2:.4f} |" in card.text
-    assert f"{final['final_train_loss']:.4f}" not in card.text
-    losses = {r.dataset_split: r.metric_value for r in card.data.eval_results if r.metric_type == "loss"}
-    assert losses["eval"] == pytest.approx(eval2, abs=1e-6) and losses["eval"] != final["eval"]["eval"]
-
-
-def test_publish_lm_eval_json_of_a_subset_says_so(tiny_run, hub):
+def test_publish_lm_eval_json_of_a_subset_says_so(hub_run, hub):
     """``publish --lm-eval-json`` of an lm-eval run with ``--limit 2`` (2 of 100 documents): the uploaded card's
     entry and text say it is a subset."""
     from huggingface_hub import ModelCard
 
     results = {"results": {"depthbench_synthetic": {"acc,none": 0.5}}, "config": {"limit": 2},
                "n-samples": {"depthbench_synthetic": {"original": 100, "effective": 2}}}
-    path = tiny_run.parent / "lm_eval_subset.json"
+    path = hub_run.parent / "lm_eval_subset.json"
     path.write_text(json.dumps(results))
-    result = pub.publish(str(tiny_run), api=api_for(hub, "hf_write"), lm_eval_json=str(path), out=io.StringIO())
+    result = pub.publish(str(hub_run), api=api_for(hub, "hf_write"), lm_eval_json=str(path), out=io.StringIO())
     card = ModelCard(hub.files(result["repos"][0])["README.md"].decode())
     (acc,) = [e for e in card.data.eval_results if e.metric_type == "acc"]
     assert (acc.dataset_args["documents"], acc.dataset_args["documents_in_task"]) == (2, 100)
@@ -516,25 +390,25 @@ def test_publish_lm_eval_json_of_a_subset_says_so(tiny_run, hub):
 
 
 # ================================================================================================ seeds
-def seed_copy(tiny_run: Path, dest: Path, seed: int) -> Path:
-    """A copy of ``tiny_run`` that records ``train.seed = seed`` (as a sweep's run of that seed does)."""
+def seed_copy(hub_run: Path, dest: Path, seed: int) -> Path:
+    """A copy of ``hub_run`` that records ``train.seed = seed`` (as a sweep's run of that seed does)."""
     import shutil
 
-    shutil.copytree(tiny_run, dest, symlinks=True)
+    shutil.copytree(hub_run, dest, symlinks=True)
     record = json.loads((dest / "run_config.json").read_text())
     record["config"]["train"]["seed"] = seed
     (dest / "run_config.json").write_text(json.dumps(record))
     return dest
 
 
-def test_a_sweep_with_several_seeds_publishes_each_seed_to_its_own_repository(tiny_run, hub, tmp_path):
+def test_a_sweep_with_several_seeds_publishes_each_seed_to_its_own_repository(hub_run, hub, tmp_path):
     """The demo's 27 runs are 9 points x 3 seeds: each seed gets ``...-pretrain-s<seed>`` (before: 9 names, each
     three times, and a real publish left one seed's weights)."""
     sweep = tmp_path / "sweep"
     (sweep / "runs").mkdir(parents=True)
     (sweep / "sweep.json").write_text(json.dumps({"spec": {"archs": ["hc"], "seeds": [0, 1, 2]}}))
     for seed in (0, 1, 2):
-        seed_copy(tiny_run, sweep / "runs" / f"hc__tiny-L2__lr0.003__s{seed}", seed)
+        seed_copy(hub_run, sweep / "runs" / f"hc__tiny-L2__lr0.003__s{seed}", seed)
     dry = pub.publish(str(sweep), dry_run=True, api=api_for(hub, "hf_write_token"), out=io.StringIO())
     assert len(set(dry["repos"])) == 3
     assert [r.rsplit("-", 1)[1] for r in dry["repos"]] == ["s0", "s1", "s2"]
@@ -546,16 +420,16 @@ def test_a_sweep_with_several_seeds_publishes_each_seed_to_its_own_repository(ti
         assert f"| seed | {seed} |" in card and repo in card  # each repository holds its own seed's run
     assert sorted(i["id"] for i in hub.collections[result["collection"]]["items"]) == sorted(result["repos"])
     # one run of a single-seed sweep (and a run published alone) keeps the study's name, without a seed
-    assert not pub.publish(str(tiny_run), dry_run=True, api=api_for(hub, "hf_write_token"),
+    assert not pub.publish(str(hub_run), dry_run=True, api=api_for(hub, "hf_write_token"),
                            out=io.StringIO())["repos"][0].endswith("-s42")
 
 
-def test_two_runs_mapping_to_one_repository_and_branch_are_refused_naming_both(tiny_run, hub, tmp_path):
+def test_two_runs_mapping_to_one_repository_and_branch_are_refused_naming_both(hub_run, hub, tmp_path):
     sweep = tmp_path / "sweep"
     (sweep / "runs").mkdir(parents=True)
     (sweep / "sweep.json").write_text(json.dumps({"spec": {"archs": ["hc"]}}))
     for name in ("hc__tiny-L2__lr0.003__s0", "hc__tiny-L2__lr0.003__s1"):  # the same run (seed 42) twice
-        os.symlink(tiny_run, sweep / "runs" / name)
+        os.symlink(hub_run, sweep / "runs" / name)
     for dry_run in (True, False):
         for revisions in (False, True):
             with pytest.raises(pub.PublishError) as err:

@@ -1,4 +1,5 @@
-"""``depthbench eval``: one checkpoint, a sweep folder, the model card, and bad input.
+"""``depthbench.evaluation.harness``, run through ``depthbench eval``: one checkpoint, a sweep folder, the model
+card, and bad input.
 
 A tiny random ``pre_ln`` checkpoint (tokenizer trained on the fixture texts) is evaluated through the real command
 line (``depthbench.cli.main``) on two offline tasks: ``depthbench_nll_gsm8k`` (hand-written fixture rows via
@@ -9,7 +10,7 @@ without EOS are clear errors, and so is a folder without a model; a two-run swee
 that did not finish is skipped), ``eval_results.csv``, the domain-NLL plot and its report section. The modules' own
 pieces are tested on hand-written results in ``test_results.py``, ``test_cards.py`` and ``test_sweep.py``.
 
-Run it with ``python -m pytest tests/evaluation/test_eval_command.py -q``.
+Run it with ``python -m pytest tests/evaluation/test_harness.py -q``.
 """
 
 from __future__ import annotations
@@ -321,3 +322,25 @@ def test_a_sweep_evaluation_is_one_bar_and_each_warning_once(tokenizer, tmp_path
     assert datasets.is_progress_bar_enabled() and hf_logging.is_progress_bar_enabled()
     assert not any(h.filters for h in [*logging.getLogger().handlers, logging.lastResort])
     assert lm_logger.level == level_before
+
+
+def test_a_task_counts_as_done_only_with_the_same_limit_and_data(monkeypatch, tmp_path):
+    """The rerun rule on hand-written ``results.json`` contents: a task already there is re-evaluated when the
+    ``--limit`` or the data folder differ; results written before ``limits`` were recorded per task use lm-eval's
+    own ``config.limit``. The data folder is ``--data-dir``, else ``DEPTHBENCH_NLL_DATA_DIR``, made absolute."""
+    from depthbench.evaluation.harness import _done, effective_data_dir
+
+    results = {"results": {"t": {"acc,none": 0.5}}, "limits": {"t": 4}, "data_dirs": {"t": "/data"}}
+    assert _done(results, "t", 4, "/data")
+    assert not _done(results, "t", 8, "/data") and not _done(results, "t", None, "/data")
+    assert not _done(results, "t", 4, None) and not _done(results, "t", 4, "/other")
+    assert not _done(results, "u", 4, "/data") and not _done(None, "t", 4, "/data")
+    older = {"results": {"t": {"acc,none": 0.5}}, "config": {"limit": 2}}
+    assert _done(older, "t", 2, None) and not _done(older, "t", 4, None)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DEPTHBENCH_NLL_DATA_DIR", raising=False)
+    assert effective_data_dir(None) is None
+    assert effective_data_dir("nll") == str(tmp_path.resolve() / "nll")
+    monkeypatch.setenv("DEPTHBENCH_NLL_DATA_DIR", "from_env")
+    assert effective_data_dir(None) == str(tmp_path.resolve() / "from_env")
+    assert effective_data_dir("given") == str(tmp_path.resolve() / "given")
