@@ -7,7 +7,6 @@ model is built from the benchmark's seed and shape.
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from depthbench.bench.models import build_models, shape_fields
@@ -33,10 +32,8 @@ def test_the_llama_control_computes_pre_ln():
     torch.testing.assert_close(_logits(llama, ids), _logits(models["pre_ln"], ids), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: without pre_ln in names, the temporary pre_ln is built after the "
-                   "control's own init consumed the seeded RNG (no torch.manual_seed before it), so the control holds "
-                   "another pre_ln's weights than the seed's (bench/gpu_check.py builds build_models(['llama']))")
 def test_the_control_without_pre_ln_gets_the_seeds_pre_ln_weights():
+    """Built alone (as bench/gpu_check.py builds it), the control holds the seed's pre_ln weights."""
     alone = build_models(["llama"], SETTINGS)["llama"].state_dict()
     reference = build_models(["pre_ln"], SETTINGS)["pre_ln"].state_dict()
     assert sorted(alone) == sorted(reference) and all(torch.equal(alone[k], reference[k]) for k in reference)

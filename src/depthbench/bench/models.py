@@ -48,7 +48,10 @@ def build_models(names: list[str], settings: BenchSettings, share_weights: bool 
             config = build_config(REFERENCE, attn_implementation=settings.attn_implementation, **fields)
             model = llama_from(config)
             if share_weights:
-                reference = models.get(REFERENCE) or build_model(REFERENCE, config=config)
+                reference = models.get(REFERENCE)
+                if reference is None:  # the seed's pre_ln: re-seed, the control's own init drew from the RNG
+                    torch.manual_seed(settings.seed)
+                    reference = build_model(REFERENCE, config=config)
                 model.load_state_dict(reference.state_dict(), strict=True)
         else:
             model = build_model(name, attn_implementation=settings.attn_implementation, **fields)
