@@ -622,7 +622,6 @@ WITHOUT_OWN_TEST_FILE = {
     "src/depthbench/bench/data_reference.py",
     # data
     "src/depthbench/data/__init__.py",
-    "src/depthbench/data/encode.py",
     # evaluation
     # hub
     # sweeps

@@ -74,3 +74,18 @@ def test_without_proc_every_reader_answers_none_or_false(monkeypatch):
     assert procfs.reset_peak_rss() is False
     assert procfs.proc_stat(os.getpid()) is None
     assert procfs.boot_id() is None and procfs.pid_namespace() is None
+
+
+def test_usable_cores_is_the_affinity_mask_and_falls_back_to_the_cpu_count(monkeypatch):
+    assert procfs.usable_cores() == len(os.sched_getaffinity(0))  # this process's mask, not the machine's count
+    pid = os.getpid()
+    if len(os.sched_getaffinity(0)) > 1:  # a narrower mask is seen at once (restored after)
+        before = os.sched_getaffinity(0)
+        try:
+            os.sched_setaffinity(0, {min(before)})
+            assert procfs.usable_cores() == 1
+        finally:
+            os.sched_setaffinity(pid, before)
+    monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(os, "cpu_count", lambda: 7)
+    assert procfs.usable_cores() == 7

@@ -4,7 +4,9 @@
   benchmark's CPU memory measurement (:mod:`depthbench.bench.memory`) and the efficiency analysis
   (:mod:`depthbench.analysis.efficiency`);
 * a process's state and start time, the boot id and the pid namespace: whether a lease holder is alive
-  (:mod:`depthbench.lease`).
+  (:mod:`depthbench.lease`);
+* the CPU cores this process may run on (its affinity mask): the default number of sweep workers and of
+  ``prepare-data``'s tokenizing workers.
 """
 
 from __future__ import annotations
@@ -62,3 +64,11 @@ def pid_namespace() -> str | None:
     with contextlib.suppress(OSError):
         return os.readlink("/proc/self/ns/pid")
     return None
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the platform has one, else ``os.cpu_count()``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

@@ -64,7 +64,8 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-files", nargs="*", help="files that form the eval split")
     p.add_argument("--extra-split", action="append", metavar="NAME=FILES", help="an extra named split from files")
     p.add_argument("--shard-tokens", type=int, default=50_000_000)
-    p.add_argument("--num-workers", type=int, default=1)
+    p.add_argument("--num-workers", type=int, help="tokenizing workers, one core each (default: every core this "
+                   "process may use)")
     p.add_argument("--max-documents", type=int)
     p.add_argument("--dataset-config", help="Hub dataset config name (e.g. sample-10BT)")
     p.add_argument("--split", default="train", help="Hub dataset split")

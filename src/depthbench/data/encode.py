@@ -4,12 +4,13 @@ in order, every document ending in exactly one EOS.
 Where the time goes (issue 37): the tokenizer's work itself is Rust and releases the GIL, so the pipeline calls the
 ``tokenizers`` batch API directly (``Tokenizer.encode_batch_fast`` on a copy of the transformers tokenizer's backend,
 configured as ``tokenizer(texts, add_special_tokens=True)`` configures it: no truncation, no padding, the same
-special-token splitting) from ``num_workers`` threads of this process, which skips transformers' per-document
-``BatchEncoding`` work and the inter-process copies of a process pool. The token lists become one numpy array per
-chunk (no per-document arrays). Above :data:`THREADS_UP_TO` workers the Python work left per chunk (building the id
-lists) would cap the threads, so a process pool takes over. Any tokenizer that is not a transformers fast tokenizer
-(or whose backend gives other ids on the first texts, checked against the tokenizer's own call) is called as
-``tokenizer(texts, add_special_tokens=True)["input_ids"]``.
+special-token splitting) from ``num_workers`` threads of this process, one core each (the library's own Rust thread pool
+off, so one worker is one core and two are two; ``prepare-data``'s default is every usable core), which skips
+transformers' per-document ``BatchEncoding`` work and the inter-process copies of a process pool. The token lists become
+one numpy array per chunk (no per-document arrays). Above :data:`THREADS_UP_TO` workers the Python work left per chunk
+(building the id lists) would cap the threads, so a process pool takes over. Any tokenizer that is not a transformers
+fast tokenizer (or whose backend gives other ids on the first texts, checked against the tokenizer's own call) is called
+as ``tokenizer(texts, add_special_tokens=True)["input_ids"]``.
 """
 
 from __future__ import annotations
@@ -111,8 +112,9 @@ def encode_documents(encoder: Any, texts: list[str], eos_id: int, append_eos: bo
 def encode_chunks(chunks: Iterable[tuple[Any, list[str]]], tokenizer: Any, num_workers: int, eos_id: int,
                   append_eos: bool, dtype: np.dtype, tokenizer_dir: str) -> Iterator[tuple]:
     """``(meta, flat tokens, lengths)`` of each ``(meta, texts)`` chunk, in order: in this thread (``num_workers <=
-    1``), in ``num_workers`` threads (up to :data:`THREADS_UP_TO`) or processes (more), at most two chunks per worker
-    in flight (memory is bounded by the workers and the chunk size, not the corpus). ``tokenizer`` may be an
+    1``), in ``num_workers`` threads (up to :data:`THREADS_UP_TO`) or processes (more), each worker on one core (the
+    tokenizers library's own thread pool is off, so ``num_workers`` is the number of cores used), at most two chunks
+    per worker in flight (memory is bounded by the workers and the chunk size, not the corpus). ``tokenizer`` may be an
     :class:`Encoder` (its :meth:`Encoder.check` result then stays readable)."""
     encoder = tokenizer if isinstance(tokenizer, Encoder) else Encoder(tokenizer)
     tokenizer = encoder.tokenizer
@@ -123,12 +125,11 @@ def encode_chunks(chunks: Iterable[tuple[Any, list[str]]], tokenizer: Any, num_w
     encoder.check(first[1])
     chunks = itertools.chain([first], chunks)
     args = (eos_id, append_eos, dtype)
-    if num_workers <= 1:
-        for meta, texts in chunks:
-            yield meta, *encode_documents(encoder, texts, *args)
-        return
-    with _no_tokenizers_parallelism():  # each worker is one thread: no nested Rust thread pool
-        if num_workers <= THREADS_UP_TO:
+    with _no_tokenizers_parallelism():  # each worker is one thread on one core: no nested Rust thread pool
+        if num_workers <= 1:
+            for meta, texts in chunks:
+                yield meta, *encode_documents(encoder, texts, *args)
+        elif num_workers <= THREADS_UP_TO:
             with ThreadPoolExecutor(num_workers, thread_name_prefix="depthbench-tokenize") as pool:
                 yield from _in_order(chunks, lambda texts: pool.submit(encode_documents, encoder, texts, *args),
                                      num_workers, lambda future: future.result())

@@ -33,6 +33,7 @@ from depthbench.data.tokenizers import (
     tokenizer_fingerprint,
 )
 from depthbench.data.writer import FORMAT_VERSION, SplitWriter, completed_meta, content_hash, token_dtype
+from depthbench.procfs import usable_cores
 
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _CHUNK_DOCS = 1024  # documents per tokenization task
@@ -47,7 +48,7 @@ def prepare_data(
     eval_fraction: float = 0.0,
     eval_files: list[str] | None = None,
     shard_tokens: int = 50_000_000,
-    num_workers: int = 1,
+    num_workers: int | None = None,
     max_documents: int | None = None,
     dataset_config: str | None = None,
     split: str = "train",
@@ -94,7 +95,8 @@ def prepare_data(
         eval_fraction: Fraction of ``inputs`` documents (by content hash) held out for ``eval``.
         eval_files: Files / globs whose documents form (part of) the ``eval`` split.
         shard_tokens: A shard is closed once it holds at least this many tokens.
-        num_workers: Tokenization processes (``<= 1``: tokenize in this process).
+        num_workers: Tokenizing workers, one core each (``<= 1``: in this thread; ``None``: every core this
+            process may use, :func:`depthbench.procfs.usable_cores`).
         max_documents: Stop after this many documents (all splits together).
         dataset_config: Config name for a Hugging Face dataset input.
         split: Split name for a Hugging Face dataset input.
@@ -129,7 +131,8 @@ def prepare_data(
     bar = tqdm(desc=f"tokenizing -> {output_dir}", unit="doc", disable=not progress, mininterval=1.0)
     encoder = Encoder(plan.tokenizer)
     try:
-        total_docs = _tokenize_into(writers, plan, encoder, num_workers, tokenizer_dir, bar)
+        workers = usable_cores() if num_workers is None else num_workers
+        total_docs = _tokenize_into(writers, plan, encoder, workers, tokenizer_dir, bar)
     finally:
         bar.close()
 

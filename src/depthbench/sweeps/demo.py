@@ -61,9 +61,9 @@ import time
 from typing import Any
 
 from depthbench import atomic, runs
+from depthbench.procfs import usable_cores
 from depthbench.shapes import get_grid, get_shape, grid_shapes
 from depthbench.sweeps.spec import SweepError, SweepSpec, claim_folder
-from depthbench.sweeps.workers import usable_cores
 
 DEMO_ARCHS = ["pre_ln", "hc", "attnres"]
 DEMO_GRID = "micro"

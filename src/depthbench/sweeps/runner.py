@@ -36,9 +36,10 @@ from typing import Any
 
 from depthbench import atomic, lease, runs
 from depthbench.errors import Failed
+from depthbench.procfs import usable_cores
 from depthbench.sweeps.report import collect_results, write_report
 from depthbench.sweeps.spec import SweepError, SweepSpec, claim_folder
-from depthbench.sweeps.workers import CONSOLE_LOG, Job, run_in_workers, usable_cores
+from depthbench.sweeps.workers import CONSOLE_LOG, Job, run_in_workers
 
 
 class SweepRunFailed(Failed, SweepError):

@@ -56,14 +56,6 @@ class Job:
     overrides: tuple[str, ...] | list[str] = ()
 
 
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask where the platform has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def _init_worker(threads: int) -> None:
     """Worker start: ``threads`` torch threads, and stop signals ignored between runs (the trainer installs its own
     handler while it trains, so a signal reaches the run in flight and never kills an idle worker)."""
