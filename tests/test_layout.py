@@ -665,7 +665,6 @@ WITHOUT_OWN_TEST_FILE = {
     "modeling/depthbench_checkpointing.py",
     "modeling/hf_compat.py",
     "modeling/modeling_depthbench.py",
-    "modeling/numerics.py",
 }
 
 
