@@ -660,7 +660,6 @@ WITHOUT_OWN_TEST_FILE = {
     "src/depthbench/upcycle/core.py",
     "src/depthbench/upcycle/sources.py",
     # modeling
-    "modeling/attnres_depth_mix.py",
     "modeling/configuration_depthbench.py",
     "modeling/depthbench_checkpointing.py",
     "modeling/hf_compat.py",
