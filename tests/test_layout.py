@@ -661,7 +661,6 @@ WITHOUT_OWN_TEST_FILE = {
     "src/depthbench/upcycle/sources.py",
     # modeling
     "modeling/configuration_depthbench.py",
-    "modeling/hf_compat.py",
     "modeling/modeling_depthbench.py",
 }
 
