@@ -660,7 +660,6 @@ WITHOUT_OWN_TEST_FILE = {
     "src/depthbench/upcycle/core.py",
     "src/depthbench/upcycle/sources.py",
     # modeling
-    "modeling/configuration_depthbench.py",
     "modeling/modeling_depthbench.py",
 }
 
