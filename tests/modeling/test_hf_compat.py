@@ -30,10 +30,17 @@ def test_checkpoints_name_the_oldest_supported_transformers(checkpoints):
     check_transformers_version(MIN_TRANSFORMERS + ".dev0")  # pre-releases of the minimum count as it
 
 
-@pytest.mark.parametrize("version, release", [("5.10.4", (5, 10, 4)), ("5.24.0.dev0", (5, 24, 0)),
-                                              ("5.3.0rc1", (5, 3, 0)), ("5.1", (5, 1, 0)), ("5.2.1+cu121", (5, 2, 1))])
-def test_release_reads_major_minor_patch(version, release):
-    assert hf_compat._release(version) == release
+@pytest.mark.parametrize("version, supported", [
+    ("5.0.0", True), ("5.0.0rc1", True), ("5.10.4", True), ("5.2.1+cu121", True), ("5.24.0.dev0", True), ("6.0", True),
+    ("4.57.6", False), ("4.100.0", False), ("4.99.99+cu121", False),
+])
+def test_releases_compare_by_major_minor_patch(version, supported):
+    """Numeric order (``4.100`` is older than ``5.0``), pre-releases and local versions count as their release."""
+    if supported:
+        hf_compat.check_transformers_version(version)
+    else:
+        with pytest.raises(ImportError, match=f"transformers {version.replace('+', '[+]')} is installed"):
+            hf_compat.check_transformers_version(version)
 
 
 def test_an_older_release_is_refused_naming_both_versions_and_the_fix():
@@ -42,7 +49,6 @@ def test_an_older_release_is_refused_naming_both_versions_and_the_fix():
     message = str(info.value)
     assert "transformers 4.57.6 is installed" in message
     assert f"pip install 'transformers>={hf_compat.MIN_TRANSFORMERS}'" in message
-    hf_compat.check_transformers_version("5.10.0")  # numeric, not string, order: "5.10" > "5.0"
 
 
 def test_cache_field_is_the_keyword_of_the_installed_llama():
