@@ -613,8 +613,8 @@ def _test_file(path: Path) -> Path:
 #: Modules with logic that have no test file of their own yet (``path -> its test file`` by :func:`_test_file`):
 #: the backlog of issue 33 item 6, kept exact by the test below (a new module without a test file fails it, and so
 #: does an entry whose test file now exists). Most are covered by a family's other test files today (the commands
-#: by ``test_cli.py`` and the family tests, ``sweeps/spec.py`` by ``tests/sweeps/test_sweep.py``, the backbone
-#: ``modeling_depthbench.py`` by ``tests/modeling/test_contract.py``); shrink it, never grow it.
+#: by ``test_cli.py`` and the family tests, ``sweeps/spec.py`` by ``tests/sweeps/test_sweep.py``); shrink it, never
+#: grow it.
 WITHOUT_OWN_TEST_FILE = {
     # core
     "src/depthbench/__init__.py",
@@ -659,8 +659,6 @@ WITHOUT_OWN_TEST_FILE = {
     "src/depthbench/upcycle/checkpoint.py",
     "src/depthbench/upcycle/core.py",
     "src/depthbench/upcycle/sources.py",
-    # modeling
-    "modeling/modeling_depthbench.py",
 }
 
 
