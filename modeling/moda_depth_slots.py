@@ -26,19 +26,11 @@ class _DepthLogits(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, query: torch.Tensor, *slots: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(query, *slots)
-        return torch.einsum("bkgtd,bktsd->bkgts", query, torch.stack(slots, dim=3))
+        return _slot_product(ctx, query, slots, "bkgtd", "bkgts")
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        query, *slots = ctx.saved_tensors
-        # Under autocast the forward product ran in the gradient's (lower) dtype, whatever its inputs' dtypes (a
-        # RoPE'd fp32 query, bf16 slots); the backward products run in it too (autograd casts each gradient back
-        # to its input's dtype).
-        query, keys = query.to(grad.dtype), torch.stack(slots, dim=3).to(grad.dtype)
-        grad_query = torch.einsum("bkgts,bktsd->bkgtd", grad, keys)
-        grad_keys = torch.einsum("bkgts,bkgtd->bktsd", grad, query)
-        return (grad_query, *grad_keys.unbind(dim=3))
+        return _slot_product_grads(ctx, grad, "bkgtd", "bkgts")
 
 
 class _DepthReadout(torch.autograd.Function):
@@ -47,16 +39,32 @@ class _DepthReadout(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, weights: torch.Tensor, *slots: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(weights, *slots)
-        return torch.einsum("bkgts,bktsd->bkgtd", weights, torch.stack(slots, dim=3))
+        return _slot_product(ctx, weights, slots, "bkgts", "bkgtd")
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        weights, *slots = ctx.saved_tensors
-        weights, values = weights.to(grad.dtype), torch.stack(slots, dim=3).to(grad.dtype)  # as in _DepthLogits
-        grad_weights = torch.einsum("bkgtd,bktsd->bkgts", grad, values)
-        grad_values = torch.einsum("bkgts,bkgtd->bktsd", weights, grad)
-        return (grad_weights, *grad_values.unbind(dim=3))
+        return _slot_product_grads(ctx, grad, "bkgts", "bkgtd")
+
+
+def _slot_product(ctx, per_token: torch.Tensor, slots: tuple, subscripts: str, out_subscripts: str) -> torch.Tensor:
+    """The forward of :class:`_DepthLogits` (``per_token`` the query, ``"bkgtd" -> "bkgts"``) and of
+    :class:`_DepthReadout` (the weights, ``"bkgts" -> "bkgtd"``): the product with the slots' stack
+    [B, H_kv, T, S, hd], saving ``per_token`` and the slots themselves."""
+    ctx.save_for_backward(per_token, *slots)
+    return torch.einsum(f"{subscripts},bktsd->{out_subscripts}", per_token, torch.stack(slots, dim=3))
+
+
+def _slot_product_grads(ctx, grad: torch.Tensor, subscripts: str, out_subscripts: str) -> tuple:
+    """The backward of :func:`_slot_product`: the gradients of ``per_token`` and of each slot."""
+    per_token, *slots = ctx.saved_tensors
+    # Under autocast the forward product ran in the gradient's (lower) dtype, whatever its inputs' dtypes (a
+    # RoPE'd fp32 query, bf16 slots); the backward products run in it too (autograd casts each gradient back
+    # to its input's dtype).
+    per_token, stack = per_token.to(grad.dtype), torch.stack(slots, dim=3).to(grad.dtype)
+    grad_per_token = torch.einsum(f"{out_subscripts},bktsd->{subscripts}", grad, stack)
+    by_subscripts = {subscripts: per_token, out_subscripts: grad}  # the [.., S] operand first, then the [.., hd]
+    grad_stack = torch.einsum("bkgts,bkgtd->bktsd", by_subscripts["bkgts"], by_subscripts["bkgtd"])
+    return (grad_per_token, *grad_stack.unbind(dim=3))
 
 
 def _slots(depth: torch.Tensor | Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:

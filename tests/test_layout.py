@@ -613,8 +613,8 @@ def _test_file(path: Path) -> Path:
 #: Modules with logic that have no test file of their own yet (``path -> its test file`` by :func:`_test_file`):
 #: the backlog of issue 33 item 6, kept exact by the test below (a new module without a test file fails it, and so
 #: does an entry whose test file now exists). Most are covered by a family's other test files today (the commands
-#: by ``test_cli.py`` and the family tests, ``sweeps/spec.py`` by ``tests/sweeps/test_sweep.py``, the backbone
-#: ``modeling_depthbench.py`` by ``tests/modeling/test_contract.py``); shrink it, never grow it.
+#: by ``test_cli.py`` and the family tests, ``sweeps/spec.py`` by ``tests/sweeps/test_sweep.py``); shrink it, never
+#: grow it.
 WITHOUT_OWN_TEST_FILE = {
     # core
     # bench
@@ -638,13 +638,6 @@ WITHOUT_OWN_TEST_FILE = {
     "src/depthbench/sweeps/released/cost.py",
     "src/depthbench/sweeps/upcycled/command.py",  # tests/sweeps/upcycled/test_study.py
     "src/depthbench/sweeps/upcycled/report.py",  # tests/sweeps/upcycled/test_study.py
-    # modeling
-    "modeling/attnres_depth_mix.py",
-    "modeling/configuration_depthbench.py",
-    "modeling/depthbench_checkpointing.py",
-    "modeling/hf_compat.py",
-    "modeling/modeling_depthbench.py",
-    "modeling/numerics.py",
 }
 
 

@@ -298,13 +298,6 @@ def test_rope_scaling_applies_and_survives_from_pretrained(arch_id, tmp_path):
     assert max_abs_diff(eval_logits(loaded, ids), logits) < ATOL  # frequencies recomputed after meta-device loading
 
 
-def test_rope_parameters_are_validated():
-    with pytest.raises(ValueError, match="rope_type"):
-        tiny_model("pre_ln", rope_parameters={"rope_type": "warp"})
-    with pytest.raises(ValueError, match="factor"):
-        tiny_model("pre_ln", rope_parameters={"rope_type": "linear"})
-
-
 # ============================================================================================ masks and packing
 def _documents() -> list[torch.Tensor]:
     return [random_ids(1, 5, seed=40)[0], random_ids(1, 7, seed=41)[0]]

@@ -375,17 +375,6 @@ def test_every_architecture_file_imports_its_siblings_directly():
     assert missing == {}
 
 
-def test_checkpoints_name_the_oldest_supported_transformers(checkpoints):
-    from depthbench.modeling.hf_compat import MIN_TRANSFORMERS, check_transformers_version
-
-    config = json.loads((checkpoints.get(ARCH_IDS[0]).path / "config.json").read_text())
-    assert config["depthbench_min_transformers"] == MIN_TRANSFORMERS
-    check_transformers_version()  # the installed release is supported
-    with pytest.raises(ImportError, match=rf"needs transformers>={MIN_TRANSFORMERS}, but transformers 4.57.6 is"):
-        check_transformers_version("4.57.6")
-    check_transformers_version(MIN_TRANSFORMERS + ".dev0")  # pre-releases of the minimum count as it
-
-
 _TOKENIZER_CHILD = BLOCK_DEPTHBENCH + r'''
 import contextlib, io, json, sys, warnings
 import transformers
