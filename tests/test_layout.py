@@ -618,10 +618,7 @@ def _test_file(path: Path) -> Path:
 WITHOUT_OWN_TEST_FILE = {
     # core
     # bench
-    "src/depthbench/bench/data_corpus.py",
-    "src/depthbench/bench/data_reference.py",
     # data
-    "src/depthbench/data/__init__.py",
     # evaluation
     # hub
     # sweeps

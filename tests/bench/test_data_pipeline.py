@@ -1,35 +1,12 @@
-"""The data-pipeline benchmark (``depthbench bench --make-corpus`` / ``--data``): the corpus is the same documents in
-every format, the bare ``tokenizers`` reference writes exactly the tokens ``prepare_data`` writes (an independent
-pipeline: ``Tokenizer.encode_batch`` on tokenizer.json, no transformers), and a CLI smoke run prints one JSON line per
-measurement with equal token counts. It measures nothing (a tiny corpus, one repeat)."""
+"""The data-pipeline benchmark (``depthbench bench --make-corpus`` / ``--data``): a CLI smoke run prints one JSON line
+per measurement with equal token counts. It measures nothing (a tiny corpus, one repeat). The corpus and the bare
+reference have their own files (``test_data_corpus.py``, ``test_data_reference.py``)."""
 
 from __future__ import annotations
 
 import json
 
-import numpy as np
-import pyarrow.parquet as pq
-
 from depthbench import cli
-from depthbench.bench.data_corpus import make_documents, write_corpus
-from depthbench.bench.data_reference import run as run_reference
-from depthbench.data import prepare_data
-from tests.helpers import read_split
-
-
-def test_corpus_and_reference_match_prepare_data(tmp_path):
-    assert make_documents(0.05, seed=1) == make_documents(0.05, seed=1)
-    paths = write_corpus(str(tmp_path / "c"), megabytes=0.3, vocab_size=600)
-    docs = [json.loads(line)["text"] for line in open(paths["jsonl"], encoding="utf-8")]
-    assert pq.read_table(paths["parquet"]).column("text").to_pylist() == docs
-    assert open(paths["txt"], encoding="utf-8").read().splitlines() == docs
-    for kind in ("jsonl", "parquet", "txt"):
-        ref = run_reference([paths[kind]], paths["tokenizer"], str(tmp_path / f"{kind}.bin"))
-        meta = prepare_data([paths[kind]], paths["tokenizer"], str(tmp_path / kind), num_workers=2, progress=False)
-        ours = read_split(tmp_path / kind)
-        assert ref == {"documents": len(docs), "tokens": len(ours)}
-        assert meta["splits"]["train"]["documents"] == len(docs)
-        np.testing.assert_array_equal(np.fromfile(tmp_path / f"{kind}.bin", dtype="<u2"), ours)
 
 
 def test_bench_data_cli_smoke(tmp_path, capsys):
