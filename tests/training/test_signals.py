@@ -26,8 +26,8 @@ import pytest
 from depthbench.config import load_run_config
 from depthbench.training import run as run_mod
 from depthbench.training.trainer import train
-from tests.helpers import TINY_FIELDS, make_train_data
-from tests.tiny_runs import tiny_run
+from tests.helpers import make_train_data
+from tests.tiny_runs import tiny_run, train_losses
 
 
 @pytest.fixture(scope="module")
@@ -36,20 +36,12 @@ def data_dir(tmp_path_factory) -> Path:
 
 
 def run_dict(data_dir: Path, out: Path) -> dict:
-    return {
-        "model": {"arch": "pre_ln", "fields": TINY_FIELDS},
-        "data": {"data_dir": str(data_dir), "seq_len": 32, "eval_sequences": 0, "prefetch": 1},
-        "train": {"global_batch_size": 8, "micro_batch_size": 2, "max_steps": 400, "progress": False,
-                  "mixed_precision": "no"},
-        "optim": {"lr": 5e-3},
-        "checkpoint": {"every": 0, "hf_export": False},
-        "output_dir": str(out),
-    }
-
-
-def losses(out: Path) -> dict[int, float]:
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
+    """The tiny run, long enough (400 steps) to be stopped mid-way, without held-out loss or periodic checkpoints."""
+    cfg = tiny_run(data_dir, out)
+    cfg["data"]["eval_sequences"] = 0
+    cfg["train"].update(micro_batch_size=2, max_steps=400)
+    cfg["checkpoint"] = {"every": 0, "hf_export": False}
+    return cfg
 
 
 def workers(pid: int) -> list[int]:
@@ -117,7 +109,7 @@ def test_sigterm_to_every_process_then_elastic_resume_in_one_process(data_dir, t
     reference = tmp_path / "reference"  # uninterrupted, one process, micro-batch 8
     train(load_run_config(run_dict(data_dir, reference),
                           ["train.micro_batch_size=8", f"train.stop_at_step={step + 2}"]))
-    a, b = losses(reference), losses(out)
+    a, b = train_losses(reference), train_losses(out)
     assert sorted(a) == sorted(b) == list(range(1, step + 3))
     for s in a:
         assert b[s] == pytest.approx(a[s], abs=1e-5), s
