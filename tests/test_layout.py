@@ -429,8 +429,9 @@ def test_run_folder_file_names_are_spelled_once():
     owners = {
         "depthbench.runs": {runs.RUN_CONFIG, runs.SUMMARY, runs.METRICS, runs.FINAL_STAGING, runs.SWEEP_DEFINITION,
                             runs.REPORT, runs.REPORT_PAGE, runs.RESULTS_CSV, runs.RESULTS_JSONL, runs.RESULTS_PLOT,
-                            runs.EVAL_TABLE, runs.EVAL_RESULTS, runs.BASE_CONFIG, runs.SLURM_SCRIPT, runs.SLURM_RUNS},
-        "depthbench.training.checkpoint": {checkpoint.TRAINER_STATE},
+                            runs.EVAL_TABLE, runs.EVAL_RESULTS, runs.BASE_CONFIG, runs.SLURM_SCRIPT, runs.SLURM_RUNS,
+                            runs.DATA_META},
+        "depthbench.training.checkpoint": {checkpoint.TRAINER_STATE, checkpoint.LATEST},
         "depthbench.evaluation.sweep": {evaluation_sweep.DOMAIN_PLOT, evaluation_sweep.SYNTHETIC_PLOT},
         "depthbench.analysis.sweep": {analysis_sweep.LATE_FIGURE, analysis_sweep.LENS_FIGURE},
         "depthbench.hub.convert": {convert.CONVERSION_RECORD},

@@ -139,7 +139,7 @@ def training_data(inputs: CardInputs) -> tuple[list[str], str | None]:
     if not data_dir:
         return [], None
     folder = os.path.basename(os.path.normpath(data_dir))
-    meta = atomic.read_json(os.path.join(data_dir, "meta.json")) or {}
+    meta = atomic.read_json(os.path.join(data_dir, runs.DATA_META)) or {}
     sources = [s for s in meta.get("sources") or [] if isinstance(s, dict) and s.get("path")]
     hub = list(dict.fromkeys(s["path"] for s in sources if s.get("kind") == "hf"))
     local = list(dict.fromkeys(os.path.basename(s["path"]) for s in sources if s.get("kind") != "hf"))

@@ -58,7 +58,7 @@ def resolve_model_config(model: ModelConfig, data: TokenData, *, seq_len: int) -
     vocab = model.vocab_size or fields.get("vocab_size") or data.vocab_size
     if vocab < data.vocab_size:
         raise RunConfigError(
-            f"the tokenizer's vocabulary ({data.vocab_size} tokens, {os.path.join(data.data_dir, 'meta.json')}) "
+            f"the tokenizer's vocabulary ({data.vocab_size} tokens, {os.path.join(data.data_dir, runs.DATA_META)}) "
             f"exceeds the model's vocab_size={vocab}; use a model with vocab_size >= {data.vocab_size} or "
             "re-tokenize the data")
     fields["vocab_size"] = vocab

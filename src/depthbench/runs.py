@@ -35,6 +35,10 @@ A sweep folder (``depthbench sweep --out SWEEP``)::
     base_config.json          ``--launcher accelerate``: the base config each run's processes start from
     sweep.slurm, runs.txt     ``--emit slurm``: the job array and its one line per run (``depthbench.sweeps.slurm``)
 
+A prepared data folder (``depthbench prepare-data -o DATA``) is the data family's (its format in
+``depthbench.data.writer``); its ``meta.json`` (:data:`DATA_META`, what says the folder is complete) is named here
+because runs, sweeps, cards and the benchmark look for it too.
+
 Everything here reads and writes plain files; nothing imports torch.
 """
 
@@ -74,6 +78,7 @@ EVAL_TABLE = "eval_results.csv"
 BASE_CONFIG = "base_config.json"
 SLURM_SCRIPT = "sweep.slurm"
 SLURM_RUNS = "runs.txt"
+DATA_META = "meta.json"  # a prepared data folder's description, written last (``depthbench.data.prepare``)
 REPORT_SECTIONS = ("results", "published", "evaluation", "analysis")
 """The sections of a sweep's ``report.md``, in order: the sweep's results (``depthbench report``), the study's
 published figures beside them (folders of ``depthbench released eval`` only), the downstream evaluation

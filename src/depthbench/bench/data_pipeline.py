@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 
-from depthbench import atomic
+from depthbench import atomic, runs
 
 PIPELINES = ("prepare-data", "tokenizers")
 
@@ -66,7 +66,7 @@ def _commands(pipeline: str, path: str, tokenizer: str, workers: int, work: str)
 def _tokens(pipeline: str, stdout: str, work: str) -> int:
     if pipeline == "tokenizers":
         return int(json.loads(stdout.strip().splitlines()[-1])["tokens"])
-    meta = atomic.read_json(os.path.join(work, "prepared", "meta.json"))
+    meta = atomic.read_json(os.path.join(work, "prepared", runs.DATA_META))
     return sum(int(s["tokens"]) for s in meta["splits"].values())
 
 

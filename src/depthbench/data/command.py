@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from depthbench import runs
+
 
 def _extra_splits(items: list[str] | None) -> dict[str, list[str]]:
     """``{name: files}`` of the ``--extra-split NAME=FILE[,FILE...]`` arguments."""
@@ -43,7 +45,8 @@ def _cmd_prepare_data(args: argparse.Namespace) -> int:
     splits = meta.get("splits", {})
     for name, info in splits.items():
         print(f"{name}: {info.get('documents')} documents, {info.get('tokens')} tokens")
-    print(f"wrote {os.path.join(args.output, 'meta.json')} (dtype {meta.get('dtype')}, vocab {meta.get('vocab_size')})")
+    print(f"wrote {os.path.join(args.output, runs.DATA_META)} (dtype {meta.get('dtype')}, "
+          f"vocab {meta.get('vocab_size')})")
     return 0
 
 

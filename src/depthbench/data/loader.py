@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import torch
 
-from depthbench import atomic
+from depthbench import atomic, runs
 
 
 class DataError(ValueError):
@@ -28,7 +28,7 @@ def load_meta(data_dir: str) -> dict:
         FileNotFoundError: If the file does not exist (the directory was not prepared).
         DataError: If it is not valid JSON or lacks the keys the loader needs (names the file and the position).
     """
-    path = os.path.join(data_dir, "meta.json")
+    path = os.path.join(data_dir, runs.DATA_META)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found: {data_dir!r} is not a prepared data directory (run prepare_data)")
     try:
@@ -114,9 +114,9 @@ def verify_data(data_dir: str, splits: Iterable[str] | None = None, *, force: bo
                     bar.update(len(block))
             if h.hexdigest() != shard["sha256"]:
                 raise DataError(
-                    f"shard file {path} is corrupt: its sha256 differs from {os.path.join(data_dir, 'meta.json')} (the "
-                    f"bytes changed after prepare-data); delete it and its .done.json and re-run depthbench "
-                    "prepare-data with the same arguments to rewrite it")
+                    f"shard file {path} is corrupt: its sha256 differs from "
+                    f"{os.path.join(data_dir, runs.DATA_META)} (the bytes changed after prepare-data); delete it and"
+                    " its .done.json and re-run depthbench prepare-data with the same arguments to rewrite it")
             entry = {"sha256": shard["sha256"], "bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "max_id": max_id}
             checked[shard["file"]] = cache[shard["file"]] = entry
             try:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from depthbench import atomic
+from depthbench import atomic, runs
 from depthbench.data.encode import Encoder, encode_chunks
 from depthbench.data.sources import Source, iter_source_texts, resolve_sources, source_fingerprint
 from depthbench.data.tokenizers import (
@@ -146,7 +146,7 @@ def prepare_data(
         if s["documents"] == 0:
             warnings.warn(f"prepare_data: split {name!r} received no documents", stacklevel=2)
     meta = _meta(plan, splits)
-    atomic.write_json(os.path.join(output_dir, "meta.json"), meta, sort_keys=True)
+    atomic.write_json(os.path.join(output_dir, runs.DATA_META), meta, sort_keys=True)
     if encoder.backend is not None and encoder.checked and not isinstance(plan.tokenizer, DirectTokenizer):
         record_direct(plan.tokenizer, tokenizer, tokenizer_dir, model_max_length)  # next runs skip transformers
     return meta

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from depthbench import atomic
+from depthbench import atomic, runs
 
 FORMAT_VERSION = 1
 """Version of the shard/meta format written by :func:`prepare_data`."""
@@ -208,7 +208,7 @@ def content_hash(splits: dict[str, dict]) -> str:
 def completed_meta(output_dir: str, fingerprint: str) -> dict | None:
     """Return the existing meta if it was made with ``fingerprint`` and all its shards are intact."""
     try:
-        meta = atomic.read_json(os.path.join(output_dir, "meta.json"))
+        meta = atomic.read_json(os.path.join(output_dir, runs.DATA_META))
     except (OSError, ValueError):  # a damaged meta.json is not refused: the run redoes what is missing and rewrites it
         return None
     if meta is None:

@@ -140,7 +140,7 @@ def ensure_demo_data(data_dir: str, log=print, *, max_vocab: int | None = None, 
     from depthbench.data.synthetic import build_demo_corpus
 
     info_path = os.path.join(data_dir, "demo_corpus.json")
-    if os.path.exists(os.path.join(data_dir, "meta.json")) and os.path.exists(info_path):
+    if os.path.exists(os.path.join(data_dir, runs.DATA_META)) and os.path.exists(info_path):
         info = atomic.read_json(info_path) or {}
         if max_vocab is not None and (info.get("vocab_size") or 0) > max_vocab:
             raise SweepError(f"{data_dir} holds a demo corpus with a {info['vocab_size']}-token vocabulary, larger "

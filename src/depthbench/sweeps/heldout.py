@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from depthbench import runs
 from depthbench.data.loader import TokenShards, TokenWindows
 from depthbench.errors import Failed
 
@@ -33,7 +34,7 @@ class TokenizerMismatch(ValueError):
 
 def open_heldout(data_dir: str, split: str) -> TokenShards:
     """The ``split`` of the prepared folder ``data_dir``, with errors that say what to pass instead."""
-    if not os.path.isfile(os.path.join(data_dir, "meta.json")):
+    if not os.path.isfile(os.path.join(data_dir, runs.DATA_META)):
         raise HeldOutDataError(f"--data {data_dir} is not a prepared token-shard folder (no meta.json): prepare the "
                                "held-out text with `depthbench prepare-data FILES --tokenizer <the release's "
                                "tokenizer> -o DIR` (docs/hub.md)")

@@ -85,7 +85,7 @@ def run_sweep(
         raise SweepError("workers > 1 needs launcher 'local' (under accelerate each run already has its processes)")
     configs = spec.run_configs(out_dir) if configs is None else configs
     data_dir = configs[0].data.data_dir or (spec.base.get("data") or {}).get("data_dir")
-    if not data_dir or not os.path.isfile(os.path.join(data_dir, "meta.json")):
+    if not data_dir or not os.path.isfile(os.path.join(data_dir, runs.DATA_META)):
         raise SweepError(f"data.data_dir={data_dir!r} is not a prepared data folder (no meta.json); prepare one with "
                          "`depthbench prepare-data` and pass it with --data (nothing was written)")
     hint = ("Wait for it to finish, or pass --wait-for-writer SECONDS to wait for it; a launcher that died does not "

@@ -233,8 +233,8 @@ def evaluate_releases(targets: list[Target], out_dir: str, m: Measurement, hub: 
             loss = next(iter((summary.get("eval") or {}).values()), float("nan"))
             log(f"[{k}/{len(targets)}] {target.repo}: measured earlier (held-out loss {loss:.4f}), skipped")
         else:
-            step = "latest" if target.step is None else target.step
-            log(f"[{k}/{len(targets)}] {target.repo} ({target.shape}, step {step})")
+            step = "the newest step" if target.step is None else f"step {target.step}"
+            log(f"[{k}/{len(targets)}] {target.repo} ({target.shape}, {step})")
             try:
                 summary = measure_release(target, run_dir, m, hub, shards, tokens_per_step=tokens_per_step, log=log)
                 theirs = published_loss(figures, target.arch, target.grid, target.depth)

@@ -78,7 +78,7 @@ class StudyDefinition:
                              "integer >= 0")
         if self.grow_mode not in ("interleave", "append"):
             raise SweepError(f"grow_mode={self.grow_mode!r} is not allowed: interleave or append")
-        if not os.path.isfile(os.path.join(self.data_dir, "meta.json")):
+        if not os.path.isfile(os.path.join(self.data_dir, runs.DATA_META)):
             raise SweepError(f"--data {self.data_dir} is not a prepared data folder (no meta.json): prepare the text "
                              "with the source's tokenizer: depthbench prepare-data FILES --tokenizer SRC --eval-files "
                              "HELD_OUT -o DIR")
