@@ -625,8 +625,6 @@ WITHOUT_OWN_TEST_FILE = {
     # evaluation
     # hub
     # sweeps
-    "src/depthbench/sweeps/upcycled/command.py",  # tests/sweeps/upcycled/test_study.py
-    "src/depthbench/sweeps/upcycled/report.py",  # tests/sweeps/upcycled/test_study.py
 }
 
 
