@@ -623,19 +623,6 @@ WITHOUT_OWN_TEST_FILE = {
     # evaluation
     # hub
     # sweeps
-    "src/depthbench/sweeps/command.py",
-    "src/depthbench/sweeps/heldout.py",
-    "src/depthbench/sweeps/released/command.py",
-    "src/depthbench/sweeps/released/compare.py",
-    "src/depthbench/sweeps/released/folder.py",
-    "src/depthbench/sweeps/released/measure.py",
-    "src/depthbench/sweeps/released/selection.py",
-    "src/depthbench/sweeps/report.py",
-    "src/depthbench/sweeps/report_study.py",
-    "src/depthbench/sweeps/slurm.py",
-    "src/depthbench/sweeps/released/cost.py",
-    "src/depthbench/sweeps/upcycled/command.py",  # tests/sweeps/upcycled/test_study.py
-    "src/depthbench/sweeps/upcycled/report.py",  # tests/sweeps/upcycled/test_study.py
 }
 
 

@@ -299,7 +299,7 @@ def test_the_conclusion_columns_are_in_view_at_desktop_widths(tmp_path, width):
     scrollbar of their own; at phone width the page still never scrolls sideways."""
     from depthbench.sweeps.report import render_report
     from depthbench.sweeps.results import result_metrics
-    from tests.sweeps.test_report_text import DEMO_SHAPES, WORSE, make_rows
+    from tests.sweeps.report_rows import DEMO_SHAPES, WORSE, make_rows
 
     rows = make_rows(DEMO_SHAPES, WORSE)
     text = render_report(rows, result_metrics(rows), None, spec={"name": "demo", "archs": list(WORSE)})

@@ -1,7 +1,8 @@
-"""Tests of ``depthbench sweep`` / ``depthbench report`` (``depthbench.sweeps.runner``): a tiny real sweep (2 archs x 2
-shapes x 2 learning rates, a few steps on a tiny prepared corpus), its result files and report, skipping finished
-runs, resuming an interrupted sweep, divergence, refusing another sweep's folder, bad inputs, ``--budget`` shapes,
-``--emit slurm`` (the script is executed with a stand-in ``accelerate``) and the ``report`` command.
+"""Tests of ``depthbench sweep`` (``depthbench.sweeps.runner``) end to end: the tiny real sweep of
+``tests/sweeps/tiny_sweep.py`` (2 archs x 2 shapes x 2 learning rates, a few steps on a tiny prepared corpus), its
+result files and shared pages, skipping finished runs, resuming an interrupted sweep, divergence, refusing another
+sweep's folder, bad run overrides and ``--budget`` shapes. The report's words are ``test_report.py``'s, the command
+line's ``test_command.py``'s and the job array's ``test_slurm.py``'s.
 
 Run: ``python -m pytest tests/sweeps/test_sweep.py -q``
 """
@@ -9,84 +10,29 @@ Run: ``python -m pytest tests/sweeps/test_sweep.py -q``
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import os
-import shlex
-import shutil
-import stat
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from depthbench.cli import main as cli_main
-from depthbench.config import load_run_config, parse_override
 from depthbench.sweeps import command as sweep_command
-from depthbench.sweeps import results as results_mod
-from depthbench.sweeps.report import VERDICTS, write_report
 from depthbench.sweeps.results import collect_results
 from depthbench.sweeps.runner import run_sweep
 from depthbench.sweeps.slurm import emit_slurm
 from depthbench.sweeps.spec import SweepError, SweepSpec
+from tests.sweeps.tiny_sweep import ARCHS, LRS, SHAPES, SMALL_FIELDS, copy_sweep, make_spec, read_csv
 
-# The tiny grid's shapes with the width shrunk (model.fields win over the shape): every run takes ~1 s of compute.
-SMALL_FIELDS = ["model.fields.hidden_size=32", "model.fields.intermediate_size=64", "model.fields.head_dim=8",
-                "model.fields.vocab_size=300", "model.fields.max_position_embeddings=64"]
-BASE = {
-    "data": {"seq_len": 32, "eval_sequences": 4, "prefetch": 1},
-    "train": {"global_batch_size": 4, "micro_batch_size": 4, "max_steps": 3, "progress": False, "log_every": 1},
-    "checkpoint": {"hf_export": False, "hash_files": False},
-}
-ARCHS, SHAPES, LRS = ["pre_ln", "hc"], ["tiny-L2", "tiny-L4"], [1e-3, 3e-3]
 REQUIRED_COLUMNS = ["arch", "shape", "num_layers", "hidden_size", "aspect_ratio", "params_total", "lr", "seed",
                     "tokens", "tokens_per_param", "steps", "final_train_loss", "eval_loss", "eval_synthetic",
                     "eval_text", "best_lr", "at_best_lr", "wall_time_s", "tokens_per_s", "status"]
 
 
-def make_spec(data_dir: Path, **kw) -> SweepSpec:
-    base = json.loads(json.dumps(BASE))
-    base["data"]["data_dir"] = str(data_dir)
-    if "steps" in kw:
-        base["train"]["max_steps"] = kw.pop("steps")
-    args = {"archs": ARCHS, "shapes": SHAPES, "lrs": LRS, "seeds": [0], "base": base, "overrides": SMALL_FIELDS,
-            "name": "test"}
-    return SweepSpec(**{**args, **kw})
-
-
-def read_csv(path: Path) -> list[dict]:
-    with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
-
-
 def summary_mtimes(out: Path) -> dict[str, int]:
     return {p.parent.name: p.stat().st_mtime_ns for p in sorted(out.glob("runs/*/summary.json"))}
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    """A small demo corpus (train, eval_text, eval_synthetic; 300-token BPE), built in a few seconds."""
-    from depthbench.data.synthetic import build_demo_corpus
-
-    path = tmp_path_factory.mktemp("sweep_data") / "data"
-    build_demo_corpus(str(path), synthetic_docs=600, eval_synthetic_docs=40, text_fraction=0.3, vocab_size=300)
-    return path
-
-
-@pytest.fixture(scope="module")
-def sweep_dir(data_dir, tmp_path_factory) -> Path:
-    """The finished tiny sweep (8 runs); tests that modify it work on a copy."""
-    out = tmp_path_factory.mktemp("sweep") / "out"
-    logs: list[str] = []
-    rows = run_sweep(make_spec(data_dir), str(out), log=logs.append)
-    assert len(rows) == 8 and all(r["status"] == "finished" for r in rows), logs
-    return out
-
-
-def copy_sweep(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst
 
 
 # ================================================================================================ results
@@ -128,26 +74,6 @@ def test_best_learning_rate_is_marked_per_arch_and_shape(sweep_dir):
             assert [r["at_best_lr"] for r in group].count(True) == 1 and best["at_best_lr"]
     csv_rows = read_csv(sweep_dir / "results.csv")
     assert sum(r["at_best_lr"] == "True" for r in csv_rows) == 4
-
-
-def test_report_md_and_plot(sweep_dir):
-    report = (sweep_dir / "report.md").read_text()
-    assert "![held-out loss vs aspect ratio](loss_vs_aspect_ratio.png)" in report
-    assert "## Loss change from the shallowest to the deepest shape" in report
-    rows = collect_results(str(sweep_dir))
-    for arch in ARCHS:
-        for metric in ("eval_synthetic", "eval_text", "eval_loss"):
-            pts = results_mod.best_points(rows, metric)[arch]
-            assert [p["num_layers"] for p in pts] == [2, 4]
-            change = pts[1]["mean"] - pts[0]["mean"]
-            line = (f"| {arch} | {results_mod.metric_label(metric)} | L2, 16.0 | L4, 8.0 | {pts[0]['mean']:.4f} | "
-                    f"{pts[1]['mean']:.4f} | {change:+.4f} | {100 * change / pts[0]['mean']:+.1f}% | "
-                    f"{VERDICTS['one seed']} |")
-            assert line in report, line
-    assert "8 of 8 runs finished" in report
-    assert report.count("\n| pre_ln | tiny-L") == 2 + 4  # best-LR table (2 shapes) + all runs (4)
-    png = (sweep_dir / "loss_vs_aspect_ratio.png").read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
 
 def test_the_shared_files_hold_no_local_absolute_path(sweep_dir, data_dir):
@@ -335,32 +261,6 @@ def test_bad_run_overrides_and_missing_data_write_nothing(data_dir, tmp_path):
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
-@pytest.mark.parametrize(
-    ("argv", "match"),
-    [
-        (["--archs", "pre_ln,nope", "--grid", "tiny"], "unknown architecture 'nope'"),
-        (["--archs", "pre_ln", "--grid", "nope"], "grid='nope' is not allowed"),
-        (["--archs", "pre_ln", "--grid", "tiny", "--depths", "3"], "depth=3 is not allowed"),
-        (["--archs", "pre_ln", "--grid", "tiny", "--depths", ","], "--depths ',' is empty"),
-        (["--archs", "pre_ln", "--grid", "tiny", "--lrs", "abc"], "--lrs 'abc' is not allowed"),
-        (["--archs", "pre_ln", "--grid", "tiny", "--lrs", "1e-3,0"], "learning rate 0.0 is not allowed"),
-        (["--archs", "pre_ln", "--grid", "tiny", "--lrs=-2e-3"], "learning rate -0.002 is not allowed"),
-        (["--archs", "pre_ln", "--grid", "tiny", "--lrs", ""], "no learning rate given"),
-        (["--archs", "pre_ln"], "give --archs and --grid/--shapes/--budget"),
-        (["--archs", "pre_ln", "--budget", "2m"], "--depths is required with --budget"),
-        (["--archs", "pre_ln", "--grid", "tiny", "--budget", "2m", "--depths", "2"], "either --grid or --budget"),
-        (["--archs", "pre_ln", "--grid", "tiny", "--seeds", "x"], "--seeds 'x' is not allowed"),
-    ],
-)
-def test_cli_bad_inputs_exit_2_with_a_message_and_write_nothing(argv, match, data_dir, tmp_path, capsys):
-    out = tmp_path / "out"
-    code = cli_main(["sweep", *argv, "--data", str(data_dir), "--out", str(out)])
-    err = capsys.readouterr().err
-    assert code == 2 and err.startswith("depthbench sweep: error:")
-    assert __import__("re").search(match, err), err
-    assert not out.exists()
-
-
 # ================================================================================================ budget shapes
 def test_budget_and_depths_give_design_rule_shapes_as_model_fields(data_dir, tmp_path):
     from depthbench.shapes import shape_for_budget
@@ -388,87 +288,8 @@ def test_budget_and_depths_give_design_rule_shapes_as_model_fields(data_dir, tmp
 
 
 # ================================================================================================ slurm
-def test_emit_slurm_writes_a_job_array_whose_lines_parse_and_run(data_dir, tmp_path):
-    spec = make_spec(data_dir, seeds=[0, 1])  # 2 archs x 2 shapes x 2 lrs x 2 seeds
-    out = tmp_path / "out"
-    script = Path(emit_slurm(spec, str(out), accelerate_args="--num_processes 2", sbatch="--gres=gpu:8;--time=1:00:00"))
-    text = script.read_text()
-    assert "#SBATCH --array=1-16\n" in text and "#SBATCH --gres=gpu:8\n" in text and "#SBATCH --time=1:00:00\n" in text
-    assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
-    lines = (out / "runs.txt").read_text().splitlines()
-    assert len(lines) == 16
-    base = json.loads((out / "base_config.json").read_text())
-    seen = set()
-    for line, point in zip(lines, spec.runs()):
-        run_id, *overrides = shlex.split(line)
-        assert run_id == point.run_id
-        assert all("=" in o and parse_override(o) for o in overrides)
-        cfg = load_run_config(base, overrides)
-        assert (cfg.model.arch, cfg.model.shape, cfg.optim.lr, cfg.train.seed) == (point.arch, point.shape,
-                                                                                  point.lr, point.seed)
-        assert cfg.output_dir == str(out.resolve() / "runs" / run_id) and cfg.resume == "auto"
-        assert cfg.model.fields["hidden_size"] == 32
-        seen.add(cfg.output_dir)
-    assert len(seen) == 16
-
-    # Execute array tasks with a stand-in `accelerate` that records its arguments.
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    fake = bindir / "accelerate"
-    fake.write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$RECORD"\n')
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "RECORD": str(tmp_path / "args.txt")}
-    subprocess.run(["bash", str(script)], env={**env, "SLURM_ARRAY_TASK_ID": "3"}, check=True)
-    recorded = (tmp_path / "args.txt").read_text().splitlines()
-    assert recorded[:6] == ["launch", "--num_processes", "2", "-m", "depthbench.cli", "train"]
-    assert recorded[6:8] == ["--config", str((out / "base_config.json").resolve())]
-    assert recorded[8:] == shlex.split(lines[2])[1:]
-    # a finished run's task exits without launching anything
-    (tmp_path / "args.txt").unlink()
-    done = out / "runs" / spec.runs()[3].run_id
-    done.mkdir(parents=True)
-    (done / "summary.json").write_text(json.dumps({"status": "finished"}, indent=2))
-    result = subprocess.run(["bash", str(script)], env={**env, "SLURM_ARRAY_TASK_ID": "4"}, check=True,
-                            capture_output=True, text=True)
-    assert "already done, skipped" in result.stdout and not (tmp_path / "args.txt").exists()
-
-
-def test_cli_emit_slurm(data_dir, tmp_path, capsys):
-    out = tmp_path / "out"
-    code = cli_main(["sweep", "--archs", "pre_ln,hc,attnres", "--grid", "tiny", "--depths", "2,4,8",
-                     "--lrs", "1e-3,2e-3", "--data", str(data_dir), "--out", str(out), "--emit", "slurm"])
-    assert code == 0 and "18 array tasks" in capsys.readouterr().out
-    assert "#SBATCH --array=1-18\n" in (out / "sweep.slurm").read_text()
-    assert len((out / "runs.txt").read_text().splitlines()) == 18 and not (out / "runs").exists()
 
 
 # ================================================================================================ report
-def test_report_command_rebuilds_the_files(sweep_dir, tmp_path, capsys):
-    out = copy_sweep(sweep_dir, tmp_path / "copy")
-    expected = (out / "results.csv").read_text().replace(str(sweep_dir), str(out))
-    for name in ("results.csv", "results.jsonl", "report.md", "loss_vs_aspect_ratio.png"):
-        (out / name).unlink()
-    assert cli_main(["report", str(out)]) == 0
-    printed = capsys.readouterr().out
-    for name in ("results.csv", "results.jsonl", "report.md", "loss_vs_aspect_ratio.png"):
-        assert (out / name).exists() and str(out / name) in printed
-    assert (out / "results.csv").read_text() == expected
-    assert "synthetic" in printed and "text" in printed and "mean" in printed
-    assert "loss change, shallowest -> deepest shape" in printed
-    assert cli_main(["report", str(tmp_path / "nothing")]) == 2
-    (tmp_path / "empty").mkdir()
-    assert cli_main(["report", str(tmp_path / "empty")]) == 2
-    assert "nothing to report" in capsys.readouterr().err
 
 
-def test_write_report_with_unfinished_runs(sweep_dir, tmp_path):
-    out = copy_sweep(sweep_dir, tmp_path / "copy")
-    victim = out / "runs" / "pre_ln__tiny-L4__lr0.003__s0" / "summary.json"
-    summary = json.loads(victim.read_text())
-    victim.write_text(json.dumps({**summary, "status": "stopped"}))
-    write_report(str(out), log=lambda *_: None)
-    rows = read_csv(out / "results.csv")
-    stopped = [r for r in rows if r["status"] == "stopped"]
-    assert len(stopped) == 1 and stopped[0]["at_best_lr"] == "False"
-    assert stopped[0]["best_lr"] == "0.001"  # the only finished LR of (pre_ln, tiny-L4)
-    assert "7 of 8 runs finished" in (out / "report.md").read_text()
