@@ -611,21 +611,6 @@ def _test_file(path: Path) -> Path:
     return REPO / "tests" / rel / f"test_{stem}.py"
 
 
-#: Modules with logic that have no test file of their own yet (``path -> its test file`` by :func:`_test_file`):
-#: the backlog of issue 33 item 6, kept exact by the test below (a new module without a test file fails it, and so
-#: does an entry whose test file now exists). Most are covered by a family's other test files today (the commands
-#: by ``test_cli.py`` and the family tests, ``sweeps/spec.py`` by ``tests/sweeps/test_sweep.py``); shrink it, never
-#: grow it.
-WITHOUT_OWN_TEST_FILE = {
-    # core
-    # bench
-    # data
-    # evaluation
-    # hub
-    # sweeps
-}
-
-
 def _modules_without_test_file() -> set[str]:
     sources = [p for p in sorted(ROOTS["depthbench"].rglob("*.py")) if p.name != "__main__.py"]
     sources += sorted(p for p in MODELING.glob("*.py"))
@@ -633,12 +618,9 @@ def _modules_without_test_file() -> set[str]:
 
 
 def test_every_module_with_logic_has_a_test_file_named_after_it():
-    missing = _modules_without_test_file()
-    new = sorted(missing - WITHOUT_OWN_TEST_FILE)
-    assert not new, "modules with logic and no test file named after them: " + ", ".join(
-        f"{m} -> {_test_file(REPO / m).relative_to(REPO)}" for m in new)
-    done = sorted(WITHOUT_OWN_TEST_FILE - missing)
-    assert not done, "now have a test file (or are gone): drop them from WITHOUT_OWN_TEST_FILE: " + ", ".join(done)
+    missing = sorted(_modules_without_test_file())
+    assert not missing, "modules with logic and no test file named after them: " + ", ".join(
+        f"{m} -> {_test_file(REPO / m).relative_to(REPO)}" for m in missing)
 
 
 def test_the_test_file_map_names_each_owner():
