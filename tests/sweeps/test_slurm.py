@@ -1,6 +1,6 @@
 """Tests of ``depthbench.sweeps.slurm``: ``--emit slurm`` writes a job array whose lines parse back into each
 run's config, and the script, executed with a stand-in ``accelerate``, launches its line's run or skips a finished
-one; blank ``--sbatch`` lines are dropped; a folder path with a space (a known bug, marked xfail).
+one; blank ``--sbatch`` lines are dropped, and a folder path with a space reaches the run as one argument.
 
 Run: ``python -m pytest tests/sweeps/test_slurm.py -q``
 """
@@ -13,8 +13,6 @@ import shlex
 import stat
 import subprocess
 from pathlib import Path
-
-import pytest
 
 from depthbench.config import load_run_config, parse_override
 from depthbench.sweeps.slurm import emit_slurm
@@ -72,10 +70,6 @@ def test_blank_sbatch_lines_are_dropped(data_dir, tmp_path):
     assert "#SBATCH --time=1:00:00\n#" in text and "#SBATCH \n" not in text
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the script's last line runs `eval accelerate launch ... --config "
-                   "<quoted path> $ARGS`; bash removes the quotes of the path before eval re-splits it, so a sweep "
-                   "folder whose path holds a space passes the first half of the path as --config (the runs.txt "
-                   "arguments, quoted once more, survive)")
 def test_a_folder_path_with_a_space_reaches_the_run_as_one_argument(data_dir, tmp_path, monkeypatch):
     """bash itself parses the script: the folder's space survives ``runs.txt``, ``eval`` and ``cd``."""
     spec = make_spec(data_dir, archs=["pre_ln"], shapes=["tiny-L2"], lrs=[1e-3])

@@ -50,7 +50,8 @@ def emit_slurm(spec: SweepSpec, out_dir: str, *, accelerate_args: str = "", sbat
             f'if [ -f "$SUMMARY" ] && python -c {shlex.quote(done)} "$SUMMARY"; then\n'
             '    echo "$RUN_ID: already done, skipped"; exit 0\n'
             "fi\n"
+            # eval re-splits the line: the path is quoted once for this line and once for eval (as runs.txt's are)
             f"eval accelerate launch {accelerate_args} -m depthbench.cli train "
-            f"--config {shlex.quote(base_path)} $ARGS\n"
+            f"--config {shlex.quote(shlex.quote(base_path))} $ARGS\n"
         )
     return script
