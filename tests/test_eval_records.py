@@ -70,6 +70,12 @@ def test_mark_files_a_local_copy_and_a_subset_and_describe_says_it():
     assert er.describe(limited) == "org/data (main, test); **subset**: at most 3 documents (`--limit`)"
 
 
+def test_marking_twice_is_marking_once():
+    prov = er.provenance(GROUP, "grp")
+    once, twice = er.mark(_entry(), prov), er.mark(er.mark(_entry(), prov), prov)
+    assert vars(twice) == vars(once) and not once.dataset_args["copy_of"].startswith("local:")
+
+
 def test_the_results_section_lists_lm_eval_entries_only_and_replaces_itself():
     held_out = _entry(metric_type="loss", source_url="https://arxiv.org/abs/2609.32534")
     assert er.section([held_out]) == ""

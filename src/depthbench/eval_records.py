@@ -90,10 +90,11 @@ def mark(entry, prov: dict[str, Any]):
     fields and source name (see the module docstring); returned for chaining."""
     args = dict(entry.dataset_args or {})
     if prov["local"] or prov["local_dirs"]:
-        args["copy_of"] = entry.dataset_type
-        for key, value in (("config", entry.dataset_config), ("split", entry.dataset_split)):
-            if value:
-                args[f"copy_of_{key}"] = value
+        if "copy_of" not in args:  # marked before: it stays a copy of the Hub dataset, not of "local:..."
+            args["copy_of"] = entry.dataset_type
+            for key, value in (("config", entry.dataset_config), ("split", entry.dataset_split)):
+                if value:
+                    args[f"copy_of_{key}"] = value
         files = [r["file"] for r in prov["local"]] or [f"{d}/" for d in prov["local_dirs"]]
         args["local_copy"] = ", ".join(files)
         if prov["local"]:
