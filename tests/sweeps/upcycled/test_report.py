@@ -47,23 +47,32 @@ def test_depthbench_report_rebuilds_the_study_section(study):
 
 
 def test_rows_are_read_from_the_folder_s_files_and_only_a_finished_run_has_a_final_loss(tmp_path):
-    from depthbench.sweeps.upcycled.report import study_rows
+    from depthbench.sweeps.upcycled.report import render_study, study_rows
 
     def write(rel: str, content: dict) -> None:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(json.dumps(content))
 
-    write("study.json", {"definition": {"split": "held"}})
+    # the runs' recipe is their own run_config.json's (the study's overrides applied), not the definition's base
+    write("study.json", {"definition": {"split": "held", "archs": ["pre_ln", "hc"], "seeds": [1],
+                                        "base": {"train": {"global_batch_size": 8}, "data": {"seq_len": 256}}}})
     write("step0.json", {"models": {"source": {"loss": 3.0}, "pre_ln": {"loss": 3.0}, "hc": {"loss": 3.25}}})
     for arch, status in (("pre_ln", "finished"), ("hc", "stopped")):
-        write(f"models/{arch}/upcycle.json", {"start": "exact", "growth": {"new_blocks": 2}})
+        write(f"models/{arch}/upcycle.json", {"start": "exact", "deviation_relative": 0.0, "bound_relative": None,
+                                               "source": {"name": "src", "family": "LlamaForCausalLM"},
+                                               "growth": {"new_blocks": 2, "mode": "append",
+                                                          "layout": [0, 1, None, None]}})
         run = f"runs/{arch}__d32-L4__lr0.003__s1"
         write(f"{run}/summary.json", {"status": status, "steps": 5, "tokens": 640, "parameters": {"total": 1600},
                                       "eval": {"held": 2.5, "eval": 9.0}})
-        write(f"{run}/run_config.json", {"config": {"optim": {"lr": 0.003}, "train": {"seed": 1}},
+        write(f"{run}/run_config.json", {"config": {"optim": {"lr": 0.003}, "data": {"seq_len": 32},
+                                                    "train": {"seed": 1, "global_batch_size": 4}},
                                          "resolved": {"model_config": {"num_hidden_layers": 4, "hidden_size": 32}}})
     hc, pre = study_rows(str(tmp_path))  # run folders in name order
     assert (pre["arch"], pre["loss_final"], pre["loss_step0"], pre["loss_source_step0"]) == ("pre_ln", 2.5, 3.0, 3.0)
     assert (pre["change"], pre["below_step0"], pre["tokens_per_param"]) == (-0.5, True, 0.4)
     assert (pre["new_blocks"], pre["num_layers"], pre["lr"], pre["seed"]) == (2, 4, 0.003, 1)
     assert hc["loss_final"] is None and "change" not in hc and hc["status"] == "stopped"
+    assert (pre["global_batch_size"], pre["seq_len"]) == (4, 32)
+    text = render_study(str(tmp_path), [hc, pre], None)
+    assert "1 of 2 runs finished. Each ran 5 optimizer steps of 4 x 32 tokens (640 tokens per run)" in text

@@ -22,8 +22,9 @@ STEP0 = "step0.json"
 MODELS = "models"
 PLOT = "upcycle_study.png"
 COLUMNS = ["arch", "start", "deviation_relative", "bound_relative", "new_blocks", "num_layers", "hidden_size",
-           "params_total", "lr", "seed", "steps", "tokens", "tokens_per_param", "loss_source_step0", "loss_step0",
-           "loss_final", "change", "below_step0", "status", "init_sha256", "run_dir"]
+           "params_total", "lr", "seed", "global_batch_size", "seq_len", "steps", "tokens", "tokens_per_param",
+           "loss_source_step0", "loss_step0", "loss_final", "change", "below_step0", "status", "init_sha256",
+           "run_dir"]
 
 
 def read_definition(out_dir: str) -> dict[str, Any]:
@@ -55,6 +56,8 @@ def study_rows(out_dir: str) -> list[dict[str, Any]]:
             "num_layers": model_cfg.get("num_hidden_layers"), "hidden_size": model_cfg.get("hidden_size"),
             "params_total": params, "lr": ((record.get("config") or {}).get("optim") or {}).get("lr"),
             "seed": ((record.get("config") or {}).get("train") or {}).get("seed"),
+            "global_batch_size": ((record.get("config") or {}).get("train") or {}).get("global_batch_size"),
+            "seq_len": ((record.get("config") or {}).get("data") or {}).get("seq_len"),
             "steps": run.summary.get("steps"), "tokens": tokens,
             "tokens_per_param": round(tokens / params, 4) if tokens and params else None,
             "loss_source_step0": (step0.get("source") or {}).get("loss"), "loss_step0": start,
@@ -215,13 +218,12 @@ def render_study(out_dir: str, rows: list[dict[str, Any]], plot_name: str | None
     if not finished:
         lines += [f"No run has finished yet ({len(rows)} started).", ""]
         return "\n".join(lines) + "\n"
-    base = defn.get("base") or {}
-    tr, data = base.get("train") or {}, base.get("data") or {}
     tokens = sorted({r["tokens"] for r in finished})
+    batches = sorted({(r.get("global_batch_size"), r.get("seq_len")) for r in finished}, key=str)
     seeds = sorted({r["seed"] for r in finished})
     lines += [f"{len(finished)} of {len(defn.get('archs', [])) * len(defn.get('seeds', []))} runs finished. Each "
               f"ran {_names([str(s) for s in sorted({r['steps'] for r in finished})])} optimizer steps of "
-              f"{tr.get('global_batch_size')} x {data.get('seq_len')} tokens ("
+              + _names([f"{b} x {n}" for b, n in batches]) + " tokens ("
               + _names([f"{t:,}" for t in tokens]) + " tokens per run) at peak learning rate "
               f"{_names([f'{lr:g}' for lr in sorted({r['lr'] for r in finished})])}, with seed(s) "
               f"{_names([str(s) for s in seeds])}; runs of one seed see the same token windows in the same order "
