@@ -128,7 +128,8 @@ def plot_study(out_dir: str, rows: list[dict[str, Any]], path: str) -> bool:
             ax.plot([i / n for i in range(n + 1)], ys, ls="--" if when == "before" else "-", marker=".",
                     color=colors.get(arch, "grey"), label=f"{arch} {when}")
         ax.set_xlabel("relative depth (block / L)")
-        ax.set_ylabel("logit lens: KL to the final layer (nats)")
+        ax.set_yscale("symlog", linthresh=1.0)  # the embedding's KL (~100 nats) would flatten the blocks' (~1-20)
+        ax.set_ylabel("logit lens: KL to the final layer (nats, symlog)")
         ax.set_title("logit lens before (dashed) and after (solid) training", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
