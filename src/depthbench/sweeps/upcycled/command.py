@@ -101,5 +101,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--analysis-seq-len", type=int, default=128, help="tokens per analysis window (default 128)")
     p.add_argument("--tasks", help="lm-eval tasks run on every trained model (optional)")
     p.add_argument("--limit", type=float, help="lm-eval documents per task")
-    p.add_argument("--wait-for-writer", type=float, default=0.0, metavar="SECONDS")
+    p.add_argument("--wait-for-writer", type=float, default=0.0, metavar="SECONDS",
+                   help="wait up to SECONDS while another live process works in -o (default 0: refuse at once, "
+                        "naming it)")
     p.set_defaults(func=_cmd_upcycle_study)
