@@ -49,6 +49,21 @@ def test_upcycle_writes_a_checkpoint_that_computes_the_source(source_dir, tmp_pa
     assert os.path.isfile(out / "modeling_hc.py") and os.path.isfile(out / "generation_config.json")
 
 
+def test_depth_grows_to_that_many_blocks(source_dir, tmp_path, capsys):
+    from transformers import AutoModelForCausalLM
+
+    folder, source = source_dir
+    out = tmp_path / "hc5"
+    assert main(["upcycle", folder, "-o", str(out), "--arch", "hc", "--depth", "5", "--grow-mode", "append"]) == 0
+    assert "2 new blocks (append)" in capsys.readouterr().out
+    model = AutoModelForCausalLM.from_pretrained(out).eval()
+    assert model.config.num_hidden_layers == 5
+    assert json.loads((out / "upcycle.json").read_text())["growth"]["positions"] == [3, 4]
+    ids = inputs(length=30)
+    with torch.no_grad():
+        assert relative_difference(model(ids).logits, source(ids).logits) <= 1e-5
+
+
 def test_function_change_prints_the_measured_loss_change(source_dir, tmp_path, capsys):
     folder, _ = source_dir
     out = tmp_path / "post"
@@ -59,21 +74,25 @@ def test_function_change_prints_the_measured_loss_change(source_dir, tmp_path, c
     assert "step-0 loss on 128 tokens" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--arch", "nope"], "unknown architecture 'nope'"),
-    (["--arch", "pre_ln", "--grow-depth", "0"], "--grow-depth '0' is not allowed"),
-    (["--arch", "pre_ln", "--grow-depth", "two"], "--grow-depth 'two' is not allowed"),
-    (["--arch", "pre_ln", "--set", "oops"], "--set 'oops' is not allowed"),
+@pytest.mark.parametrize("argv,message,usage_error", [  # usage_error: argparse's (the usage, then one line)
+    (["--arch", "nope"], "unknown architecture 'nope'", False),
+    (["--arch", "pre_ln", "--grow-depth", "0"], "--grow-depth '0' is not allowed", True),
+    (["--arch", "pre_ln", "--grow-depth", "two"], "--grow-depth 'two' is not allowed", True),
+    (["--arch", "pre_ln", "--set", "oops"], "--set 'oops' is not allowed", False),
+    (["--arch", "pre_ln", "--depth", "0"], "--depth '0' is not allowed", True),
+    (["--arch", "pre_ln", "--depth", "5", "--grow-depth", "2"], "argument --grow-depth: not allowed with argument "
+                                                                "--depth", True),
+    (["--arch", "pre_ln", "--depth", "2"], "depth=2 is below the source's 3 blocks", False),
 ])
-def test_bad_input_is_one_line_and_writes_nothing(source_dir, tmp_path, capsys, argv, message):
+def test_bad_input_is_one_line_and_writes_nothing(source_dir, tmp_path, capsys, argv, message, usage_error):
     folder, _ = source_dir
     out = tmp_path / "out"
-    with pytest.raises(SystemExit) if "--grow-depth" in argv else _nothing():
+    with pytest.raises(SystemExit) if usage_error else _nothing():
         code = main(["upcycle", folder, "-o", str(out), *argv])
         assert code == 2
     err = capsys.readouterr().err.strip()
-    assert message in err and not out.exists()
-    if "--grow-depth" not in argv:
+    assert message in err.splitlines()[-1] and not out.exists()
+    if not usage_error:
         assert len(err.splitlines()) == 1
 
 

@@ -169,6 +169,15 @@ def test_growth_zeroes_only_the_new_blocks_output_projections(sources):
     assert upcycle(source, "pre_ln", grow_depth=2, grow_mode="append").layout == [0, 1, 2, None, None]
 
 
+def test_depth_names_the_grown_models_number_of_blocks(sources):
+    source = sources["qwen2"]  # 3 blocks
+    assert upcycle(source, "pre_ln", depth=6).layout == [0, None, 1, None, None, 2]  # = grow_depth=3
+    assert upcycle(source, "pre_ln", depth=5, grow_mode="append").layout == [0, 1, 2, None, None]
+    assert upcycle(source, "pre_ln", depth=3).layout == [0, 1, 2]  # the source's depth: no new block
+    with pytest.raises(UpcycleError, match=r"depth=2 is below the source's 3 blocks"):
+        upcycle(source, "pre_ln", depth=2)
+
+
 def test_lns_folds_its_scale_into_the_source_gains(sources):
     source = sources["llama"]
     model = upcycle(source, "lns").model
@@ -181,6 +190,9 @@ def test_lns_folds_its_scale_into_the_source_gains(sources):
     (dict(arch="pre_ln", grow_depth=-1), "grow_depth=-1 is not allowed"),
     (dict(arch="pre_ln", grow_depth=1.5), "grow_depth=1.5 is not allowed"),
     (dict(arch="pre_ln", grow_depth=1, grow_mode="sideways"), "grow_mode='sideways' is not allowed"),
+    (dict(arch="pre_ln", depth=0), "depth=0 is not allowed"),
+    (dict(arch="pre_ln", depth=True), "depth=True is not allowed"),
+    (dict(arch="pre_ln", depth=6, grow_depth=3), "depth=6 and grow_depth=3 were both given"),
     (dict(arch="pre_ln", dtype="int8"), "dtype='int8' is not allowed"),
 ])
 def test_bad_arguments_are_refused(sources, kwargs, message):

@@ -2,6 +2,7 @@
 
     depthbench upcycle HuggingFaceTB/SmolLM2-135M -o smollm2-hc --arch hc
     depthbench upcycle ./smollm2 --gguf-file SmolLM2-135M-Instruct.Q4_1.gguf -o smollm2-hc-L36 --arch hc --grow-depth 6
+    depthbench upcycle ./smollm2 --gguf-file SmolLM2-135M-Instruct.Q4_1.gguf -o smollm2-hc-L36 --arch hc --depth 36
     depthbench upcycle ./llama -o llama-attnres --arch attnres --set attnres_mix_eps=1e-9
     depthbench upcycle ./llama -o llama-postln --arch post_ln --allow-function-change
 
@@ -18,15 +19,20 @@ from depthbench.upcycle.sources import FAMILIES, UpcycleError
 _DTYPES = ("float32", "bfloat16", "float16")
 
 
-def grow_depth_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < 1:
-        raise argparse.ArgumentTypeError(f"--grow-depth {text!r} is not allowed: the number of new blocks must be a "
-                                         "positive integer")
-    return value
+def _positive(option: str, what: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < 1:
+            raise argparse.ArgumentTypeError(f"{option} {text!r} is not allowed: {what} must be a positive integer")
+        return value
+    return parse
+
+
+grow_depth_arg = _positive("--grow-depth", "the number of new blocks")
+depth_arg = _positive("--depth", "the upcycled model's number of blocks")
 
 
 def field_overrides(items: list[str]) -> dict:
@@ -76,8 +82,8 @@ def _cmd_upcycle(args: argparse.Namespace) -> int:
     from depthbench.upcycle.core import upcycle
 
     check_output(args.output, args.overwrite)  # before any loading: a bad folder costs nothing
-    result = upcycle(args.source, args.arch, grow_depth=args.grow_depth or 0, grow_mode=args.grow_mode,
-                     dtype=args.dtype, allow_function_change=args.allow_function_change,
+    result = upcycle(args.source, args.arch, grow_depth=args.grow_depth or 0, depth=args.depth,
+                     grow_mode=args.grow_mode, dtype=args.dtype, allow_function_change=args.allow_function_change,
                      overrides=field_overrides(args.set), revision=args.revision, gguf_file=args.gguf_file,
                      seed=args.seed)
     out = result.save(args.output, overwrite=args.overwrite)
@@ -107,7 +113,12 @@ def register_cli(subparsers) -> None:
     p.add_argument("source", help="local folder or Hub id of the source model")
     p.add_argument("-o", "--output", required=True, help="output folder (new or empty)")
     p.add_argument("--arch", required=True, help="registered architecture id (depthbench archs)")
-    p.add_argument("--grow-depth", type=grow_depth_arg, metavar="K", help="add K new blocks (zero output projections)")
+    growth = p.add_mutually_exclusive_group()
+    growth.add_argument("--grow-depth", type=grow_depth_arg, metavar="K",
+                        help="add K new blocks (zero output projections)")
+    growth.add_argument("--depth", type=depth_arg, metavar="N",
+                        help="grow to N blocks in all (N - the source's depth new blocks; N must be at least the "
+                             "source's depth)")
     p.add_argument("--grow-mode", choices=("interleave", "append"), default="interleave",
                    help="where the new blocks go: spread between the source's blocks (default) or after the last")
     p.add_argument("--dtype", choices=_DTYPES, help="dtype of the saved weights (default float32; measured in fp32)")

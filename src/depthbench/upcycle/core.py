@@ -113,14 +113,16 @@ class UpcycleResult:
 
 
 # ================================================================================================ loading
-def load_source(source, revision: str | None = None, gguf_file: str | None = None):
-    """``(model fp32 eval, tokenizer or None, SourceInfo)`` for a model object, a local folder or a Hub id."""
+def load_source(source, revision: str | None = None, gguf_file: str | None = None, depth: int | None = None):
+    """``(model fp32 eval, tokenizer or None, SourceInfo)`` for a model object, a local folder or a Hub id. A
+    requested ``depth`` below the source's is refused before any weights load (after, for a GGUF file)."""
     import torch
     from transformers import AutoModelForCausalLM, PreTrainedModel
 
     gguf_facts = None  # (revision, license) read from a local GGUF file
     if isinstance(source, PreTrainedModel):
         model = source
+        growth_to(depth, source.config.num_hidden_layers)
         name = getattr(source.config, "_name_or_path", "") or type(source).__name__
         folder = name if os.path.isdir(name) else None
         tokenizer = None
@@ -132,7 +134,7 @@ def load_source(source, revision: str | None = None, gguf_file: str | None = Non
         if gguf_file:
             kwargs["gguf_file"] = gguf_file
         if not gguf_file:  # a GGUF file is parsed once per read: its family is checked on the loaded model
-            _check_architectures(source, revision, gguf_file)
+            _check_architectures(source, revision, gguf_file, depth)
         gguf_path = os.path.join(folder, gguf_file) if folder and gguf_file else None
         with _one_gguf_parse(gguf_path) as reader:
             try:
@@ -189,9 +191,10 @@ def _one_gguf_parse(path: str | None):
         gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_name_map
 
 
-def _check_architectures(source: str, revision, gguf_file) -> None:
+def _check_architectures(source: str, revision, gguf_file, depth: int | None = None) -> None:
     """Refuse, before loading any weights, a source whose config names model classes that are not causal LMs
-    (``AutoModelForCausalLM`` would put a fresh random head on, e.g., a BERT encoder) or another family."""
+    (``AutoModelForCausalLM`` would put a fresh random head on, e.g., a BERT encoder) or another family, or one
+    deeper than the requested ``depth``."""
     from transformers import AutoConfig
 
     try:
@@ -206,6 +209,8 @@ def _check_architectures(source: str, revision, gguf_file) -> None:
     if names and not any(n in FAMILIES for n in names):
         raise UpcycleError(f"unsupported source family {names[0]} (model_type {config.model_type!r}); "
                            f"supported: {', '.join(FAMILIES)}")
+    if isinstance(getattr(config, "num_hidden_layers", None), int):
+        growth_to(depth, config.num_hidden_layers)
 
 
 def _tokenizer(source: str, revision, gguf_file):
@@ -391,14 +396,40 @@ def check_grow_depth(grow_depth) -> int:
     return grow_depth
 
 
-def upcycle(source, arch: str, *, grow_depth: int = 0, grow_mode: str = "interleave", dtype: str | None = None,
-            allow_function_change: bool = False, overrides: dict | None = None, revision: str | None = None,
-            gguf_file: str | None = None, seed: int = 0) -> UpcycleResult:
+def check_depth(depth, grow_depth: int) -> int | None:
+    """``depth`` (the upcycled model's number of blocks, or ``None``) checked: a positive integer, not given
+    together with a ``grow_depth``."""
+    if depth is None:
+        return None
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise UpcycleError(f"depth={depth!r} is not allowed: the upcycled model's number of blocks must be a "
+                           "positive integer")
+    if grow_depth:
+        raise UpcycleError(f"depth={depth} and grow_depth={grow_depth} were both given: give the new depth or the "
+                           "number of new blocks, not both")
+    return depth
+
+
+def growth_to(depth: int | None, source_depth: int) -> int:
+    """The number of new blocks that takes a ``source_depth``-block model to ``depth`` blocks (0 for ``None``)."""
+    if depth is None:
+        return 0
+    if depth < source_depth:
+        raise UpcycleError(f"depth={depth} is below the source's {source_depth} blocks: upcycling keeps every "
+                           f"source block and adds new ones, so the depth must be at least {source_depth}")
+    return depth - source_depth
+
+
+def upcycle(source, arch: str, *, grow_depth: int = 0, depth: int | None = None, grow_mode: str = "interleave",
+            dtype: str | None = None, allow_function_change: bool = False, overrides: dict | None = None,
+            revision: str | None = None, gguf_file: str | None = None, seed: int = 0) -> UpcycleResult:
     """Upcycle ``source`` (a transformers causal LM, a local folder or a Hub id; ``gguf_file`` names a GGUF file
     in the folder, dequantised to fp32) into the registered architecture ``arch``; see the module docstring.
 
     Args:
         grow_depth: New blocks K (zero output projections); 0 keeps the source's depth.
+        depth: The upcycled model's number of blocks instead of ``grow_depth``: the source's depth or more (the
+            difference is the number of new blocks).
         grow_mode: ``"interleave"`` (spread evenly between source blocks) or ``"append"`` (after the last one).
         dtype: dtype of the returned model (``float32`` default, ``bfloat16``, ``float16``); measured in fp32.
         allow_function_change: Accept an architecture whose start changes the function (its measured loss change
@@ -416,6 +447,7 @@ def upcycle(source, arch: str, *, grow_depth: int = 0, grow_mode: str = "interle
     except ValueError as exc:
         raise UpcycleError(str(exc)) from None
     grow_depth = check_grow_depth(grow_depth)
+    depth = check_depth(depth, grow_depth)
     if dtype is not None and dtype not in DTYPES:
         raise UpcycleError(f"dtype={dtype!r} is not allowed: dtype must be one of {', '.join(DTYPES)}")
     config_class = spec.config_class
@@ -424,8 +456,9 @@ def upcycle(source, arch: str, *, grow_depth: int = 0, grow_mode: str = "interle
         raise UpcycleError(f"{arch} changes the function at step 0 ({config_class.upcycle_reason}); pass "
                            "--allow-function-change (allow_function_change=True) to upcycle it anyway, or choose an "
                            "exact or bounded architecture (see depthbench upcycle --help)")
-    model_src, tokenizer, info = load_source(source, revision=revision, gguf_file=gguf_file)
+    model_src, tokenizer, info = load_source(source, revision=revision, gguf_file=gguf_file, depth=depth)
     fields = backbone_fields(model_src.config, family_of(model_src)[1])
+    grow_depth = grow_depth or growth_to(depth, fields["num_hidden_layers"])
     depth = fields["num_hidden_layers"] + grow_depth
     layout = block_map(fields["num_hidden_layers"], grow_depth, grow_mode)
     fields.update(num_hidden_layers=depth, **config_class.upcycle_fields(depth), **(overrides or {}))
