@@ -34,30 +34,34 @@ def data_dir(tmp_path_factory) -> Path:
     return make_train_data(tmp_path_factory.mktemp("init_from_data") / "data")
 
 
-def tiny_llama(vocab_size: int, seed: int = 0):
+def tiny_llama(vocab_size: int, seed: int = 0, tied: bool = False):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                         tie_word_embeddings=False, eos_token_id=0, pad_token_id=1)
+                         tie_word_embeddings=tied, eos_token_id=0, pad_token_id=1)
     torch.manual_seed(seed)
     return LlamaForCausalLM(config).eval()
 
 
-@pytest.fixture(scope="module")
-def upcycled(tmp_path_factory, data_dir) -> dict:
-    """``{"source": Llama folder, "hc": upcycled hc folder}`` (the source carries the data's tokenizer)."""
+def upcycle_tiny_llama(root: Path, data_dir: Path, tied: bool = False) -> dict:
+    """``{"source": Llama folder, "hc": upcycled hc folder}`` under ``root`` (the source carries the data's
+    tokenizer)."""
     from transformers import AutoTokenizer
 
     from depthbench.upcycle import upcycle
 
-    root = tmp_path_factory.mktemp("init_from_models")
     tokenizer = AutoTokenizer.from_pretrained(data_dir / "tokenizer")
     source = root / "llama"
-    tiny_llama(len(tokenizer)).save_pretrained(source)
+    tiny_llama(len(tokenizer), tied=tied).save_pretrained(source)
     tokenizer.save_pretrained(source)
     upcycle(str(source), "hc").save(str(root / "hc"))
     return {"source": source, "hc": root / "hc"}
+
+
+@pytest.fixture(scope="module")
+def upcycled(tmp_path_factory, data_dir) -> dict:
+    return upcycle_tiny_llama(tmp_path_factory.mktemp("init_from_models"), data_dir)
 
 
 def run_dict(data_dir: Path, out: Path, init: Path, **train) -> dict:
@@ -141,6 +145,26 @@ def test_resume_never_reads_the_init_folder_again(data_dir, upcycled, tmp_path):
     record = json.loads((sliced / "run_config.json").read_text())["resolved"]["init_from"]
     assert record["sha256"] == json.loads((straight / "run_config.json").read_text())["resolved"]["init_from"][
         "sha256"]  # carried over from the first session, not recomputed
+
+
+def test_a_head_tied_to_the_embeddings_resumes_exactly_and_stays_tied(data_dir, tmp_path):
+    """SmolLM2's output head is its embedding matrix: the checkpoints store it once, and a resumed run (and the
+    final export) has the two tied again, equal to an uninterrupted run."""
+    from transformers import AutoModelForCausalLM
+
+    init = upcycle_tiny_llama(tmp_path / "models", data_dir, tied=True)["hc"]
+    straight, sliced = tmp_path / "straight", tmp_path / "sliced"
+    train(load_run_config(run_dict(data_dir, straight, init)))
+    assert train(load_run_config(run_dict(data_dir, sliced, init, stop_at_step=2)))["status"] == "stopped"
+    assert train(load_run_config(run_dict(data_dir, sliced, init), ["resume=true"]))["steps"] == 4
+    assert losses(straight) == losses(sliced)
+    a, b = load_file(straight / "final" / "model.safetensors"), load_file(sliced / "final" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    model = AutoModelForCausalLM.from_pretrained(sliced / "final")
+    assert model.config.tie_word_embeddings
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert not torch.equal(model.model.embed_tokens.weight, AutoModelForCausalLM.from_pretrained(
+        init).model.embed_tokens.weight)  # trained: the embedding (and so the head) moved
 
 
 def test_changed_init_folder_on_resume_is_refused(data_dir, upcycled, tmp_path):
