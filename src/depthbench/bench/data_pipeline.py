@@ -3,13 +3,15 @@ pipeline of :mod:`depthbench.bench.data_reference`, on the same files, in one pr
 
 Each run is a fresh child process (so each pays its own start-up: imports, loading the tokenizer), timed from
 ``Popen`` to exit; its CPU time (user + system, its threads and children) and peak RSS come from ``os.wait4``. The
-runs are interleaved: repeat i runs both pipelines back to back, the order alternating with i, so load from other
-work on the machine hits both alike. Per input file (format) and per ``--num-workers`` value (``prepare-data
---num-workers N``; the reference's Rust thread pool gets ``RAYON_NUM_THREADS=N``) it reports the median wall time,
-CPU time and peak RSS of each pipeline, tokens/s, and the ratios ours / reference (wall: the median over repeats of
-the paired ratio), then the worst ratio over the files, and, with more than one worker count, each pipeline's
-scaling (wall time at the fewest workers / wall time at each count). One JSON line per measurement follows the
-table.
+runs are interleaved: per input file, repeat i runs every (worker count, pipeline) pair back to back, both pipelines
+of a worker count next to each other, the order reversed on every other repeat (:func:`schedule`), so load from
+other work on the machine (or a virtual machine's varying speed) hits both pipelines and every worker count of a
+repeat alike. Per input file (format) and per ``--num-workers`` value (``prepare-data --num-workers N``; the
+reference's Rust thread pool gets ``RAYON_NUM_THREADS=N``) it reports the median wall time, CPU time and peak RSS of
+each pipeline, tokens/s, and the ratios ours / reference (wall: the median over repeats of the paired ratio), then
+the worst ratio over the files, and, with more than one worker count, each pipeline's scaling (the median over
+repeats of the paired ratio wall time at the fewest workers / wall time at each count, both from the same repeat).
+One JSON line per measurement follows the table.
 
 ``prepare-data`` runs as the user runs it: ``--eval-fraction 0.01`` (the content-hash split), default shard size,
 ``--quiet``. One untimed ``prepare-data`` run on a one-line file comes first: the first run with a tokenizer folder
@@ -81,6 +83,7 @@ def _one(pipeline: str, path: str, tokenizer: str, workers: int, work: str) -> d
 
 def measure(files: list[str], tokenizer: str, workers: list[int], repeats: int, progress=print) -> list[dict]:
     """One row per (file, workers): each pipeline's median wall/CPU/peak RSS, tokens/s and the ratios."""
+    workers = sorted(set(workers))
     rows = []
     with tempfile.TemporaryDirectory(prefix="depthbench-bench-data-") as work:
         warm = os.path.join(work, "warm-up.txt")
@@ -90,17 +93,24 @@ def measure(files: list[str], tokenizer: str, workers: list[int], repeats: int, 
         progress(f"  warm-up prepare-data (loads {tokenizer} with transformers once if no check is recorded): "
                  f"{warm_run['wall_s']:.2f} s")
         for path in files:
-            for n in workers:
-                runs: dict[str, list[dict]] = {p: [] for p in PIPELINES}
-                for i in range(repeats):
-                    order = PIPELINES if i % 2 == 0 else PIPELINES[::-1]
-                    for pipeline in order:
-                        runs[pipeline].append(_one(pipeline, path, tokenizer, n, work))
-                        progress(f"  {os.path.basename(path)} workers={n} repeat {i + 1}/{repeats} {pipeline}: "
-                                 f"{runs[pipeline][-1]['wall_s']:.2f} s")
-                rows.append(_row(path, n, runs))
-    _add_scaling(rows)
+            done: dict[int, dict[str, list[dict]]] = {n: {p: [] for p in PIPELINES} for n in workers}
+            for i in range(repeats):
+                for n, pipeline in schedule(workers, i):
+                    done[n][pipeline].append(_one(pipeline, path, tokenizer, n, work))
+                    progress(f"  {os.path.basename(path)} workers={n} repeat {i + 1}/{repeats} {pipeline}: "
+                             f"{done[n][pipeline][-1]['wall_s']:.2f} s")
+            file_rows = [_row(path, n, done[n]) for n in workers]
+            _add_scaling(file_rows, done)
+            rows.extend(file_rows)
     return rows
+
+
+def schedule(workers: list[int], repeat: int) -> list[tuple[int, str]]:
+    """The ``(workers, pipeline)`` runs of one repeat of one file, in order: each worker count's two pipelines next
+    to each other, the whole order reversed on odd repeats (so neither pipeline nor worker count always goes
+    first)."""
+    order = [(n, p) for n in workers for p in PIPELINES]
+    return order if repeat % 2 == 0 else order[::-1]
 
 
 def _row(path: str, workers: int, runs: dict[str, list[dict]]) -> dict:
@@ -123,12 +133,14 @@ def _row(path: str, workers: int, runs: dict[str, list[dict]]) -> dict:
     return row
 
 
-def _add_scaling(rows: list[dict]) -> None:
-    for path in {r["file"] for r in rows}:
-        mine = sorted((r for r in rows if r["file"] == path), key=lambda r: r["workers"])
-        for r in mine:
-            for name in ("ours", "reference"):
-                r[f"{name}_scaling"] = mine[0][f"{name}_wall_s"] / r[f"{name}_wall_s"]
+def _add_scaling(rows: list[dict], done: dict[int, dict[str, list[dict]]]) -> None:
+    """Each row's scaling per pipeline: the median over repeats of wall time at the fewest workers / wall time at
+    the row's workers, both runs from the same repeat of the same file."""
+    fewest = min(r["workers"] for r in rows)
+    for r in rows:
+        for name, pipeline in (("ours", "prepare-data"), ("reference", "tokenizers")):
+            base, here = done[fewest][pipeline], done[r["workers"]][pipeline]
+            r[f"{name}_scaling"] = statistics.median(a["wall_s"] / b["wall_s"] for a, b in zip(base, here))
 
 
 def format_rows(rows: list[dict]) -> str:
@@ -146,8 +158,8 @@ def format_rows(rows: list[dict]) -> str:
         worst = max(at, key=lambda r: r["wall_ratio"])
         lines.append(f"worst wall ratio at {n} worker(s) over {len(at)} file(s): {worst['wall_ratio']:.3f} "
                      f"({os.path.basename(worst['file'])}; target <= 1.10 at 2 workers)")
-    lines.append("wall ratio = median over repeats of ours / reference (> 1: prepare-data is slower); scaling = wall "
-                 "time at the fewest workers / wall time here (ours/reference)")
+    lines.append("wall ratio = median over repeats of ours / reference (> 1: prepare-data is slower); scaling = median "
+                 "over repeats of wall time at the fewest workers / wall time here, same repeat (ours/reference)")
     return "\n".join(lines)
 
 
