@@ -134,6 +134,7 @@ def test_every_command_is_registered_by_its_module():
         assert summary.strip()
 
 
+@pytest.mark.slow  # 12-32 s on 2 cores: the default suite stays near 10 minutes
 def test_bench_smoke(capsys, tmp_path):
     other = "hc" if "hc" in ARCHITECTURES else next(a for a in ARCHITECTURES if a != "pre_ln")
     json_out = tmp_path / "bench.json"

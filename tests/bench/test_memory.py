@@ -6,10 +6,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from depthbench.bench.memory import measure_peak_memory
 from depthbench.bench.settings import BenchSettings
 
 
+@pytest.mark.slow  # 12-32 s on 2 cores: the default suite stays near 10 minutes
 def test_benchmark_memory_is_the_exact_tensor_peak():
     """``depthbench bench``'s CPU memory: tensor peak (ratios' basis) and RSS growth, each model in a fresh child."""
     settings = BenchSettings(shape="d64-L2", batch_size=2, seq_len=32, threads=1)

@@ -75,6 +75,7 @@ def test_second_run_skips_transformers_and_writes_the_same_bytes(setup):
     assert saved.eos_token_id == load_direct(tok).eos_token_id and len(saved) == len(load_direct(tok))
 
 
+@pytest.mark.slow  # 12-32 s on 2 cores: the default suite stays near 10 minutes
 def test_model_max_length_and_changed_bytes_need_their_own_check(setup):
     tmp, tok, corpus = setup
     _run(corpus, tok, tmp / "a")

@@ -132,6 +132,7 @@ def test_lm_eval_in_process(arch_id, lm_eval_results):
             assert abs(ours - float(response[0][0])) < 1e-4, (context, continuation)
 
 
+@pytest.mark.slow  # 12-32 s on 2 cores: the default suite stays near 10 minutes
 def test_lm_eval_cli(checkpoints, task_dir, tmp_path):
     """The real ``lm_eval`` CLI, offline, on a saved checkpoint loaded as remote code."""
     if CLI_ARCH not in ARCH_IDS:

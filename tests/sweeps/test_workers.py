@@ -115,6 +115,7 @@ def test_a_stop_signal_stops_the_runs_in_flight_and_starts_no_new_one(tmp_path):
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the forwarding handler is gone afterwards
 
 
+@pytest.mark.slow  # 12-32 s on 2 cores: the default suite stays near 10 minutes
 def test_two_workers_train_the_same_results_as_one_process(tmp_path):
     """A real tiny sweep: 4 runs with 2 workers (one thread each) and in this process (one thread, as the test
     session runs) give identical held-out losses, run by run. A worker's ``console.log`` reads in a text editor: the

@@ -93,6 +93,7 @@ def test_layers_scope_traces_one_block_at_any_depth(arch_id):
     assert _graphs_and_differences(arch_id, 6)[0] == 1
 
 
+@pytest.mark.slow  # 12-32 s on 2 cores: the default suite stays near 10 minutes
 def test_layers_scope_compiles_every_block_past_the_recompile_limit():
     """AttnRes blocks each see one more source: 10 blocks trace 10 graphs (Dynamo's default limit is 8, past which
     the remaining blocks would run eager), also when a second such model shares the block code in the process."""

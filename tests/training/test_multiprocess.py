@@ -38,6 +38,7 @@ def rows(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # 12-32 s on 2 cores: the default suite stays near 10 minutes
 def test_two_processes_match_one(tmp_path):
     data_dir = make_train_data(tmp_path / "data")
     single = tmp_path / "single"

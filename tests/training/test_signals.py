@@ -91,6 +91,7 @@ def assert_one_checkpoint_from_both_ranks(out: Path) -> int:
     return step
 
 
+@pytest.mark.slow  # 12-32 s on 2 cores: the default suite stays near 10 minutes
 def test_sigterm_to_every_process_then_elastic_resume_in_one_process(data_dir, tmp_path):
     cfg = run_dict(data_dir, tmp_path / "run")
     proc, out = launch_and_signal(tmp_path, cfg, lambda pid: os.killpg(pid, signal.SIGTERM))
