@@ -14,6 +14,29 @@ from depthbench.data import prepare_data
 from tests.helpers import expected_ids, pydoc_paragraphs, read_split, split_documents, write_jsonl
 
 
+def test_reading_a_parquet_file_takes_the_same_memory_at_ten_times_its_size(tmp_path):
+    """The reader's Arrow memory (everything pyarrow allocates for it) peaks at the same level for a file of 4 and of
+    40 row groups: it reads batch by batch, never ahead through the file."""
+    from depthbench.data.sources import Source, iter_source_texts
+
+    table = pa.table({"text": [f"document {i}: " + "some words of text " * 50 for i in range(512)]})
+
+    def peak(groups: int) -> tuple[int, int]:
+        path = tmp_path / f"g{groups}.parquet"
+        with pq.ParquetWriter(path, table.schema) as writer:
+            for _ in range(groups):
+                writer.write_table(table)
+        top = documents = 0
+        for _ in iter_source_texts(Source("parquet", str(path), None), "text", None, "train"):
+            documents += 1
+            top = max(top, pa.total_allocated_bytes())
+        return top, documents
+
+    (small, n_small), (large, n_large) = peak(4), peak(40)
+    assert (n_small, n_large) == (4 * 512, 40 * 512)
+    assert large <= small * 1.05, (small, large)
+
+
 def test_parquet_inputs_with_eval_file(tmp_path, tok):
     paras = pydoc_paragraphs(90)
     ddir = tmp_path / "data"

@@ -151,7 +151,9 @@ def _iter_parquet(path: str, text_field: str) -> Iterator[Any]:
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(path)
+        # pre_buffer=False: with pyarrow's default the batch reader buffers column chunks ahead, so its memory grows
+        # with the file (a 230 MB, 100-row-group file peaked at 350 MB against 130 MB for its tenth)
+        pf = pq.ParquetFile(path, pre_buffer=False)
     except Exception as exc:  # noqa: BLE001 - pyarrow's errors do not name the file
         raise ValueError(f"{path}: cannot read as parquet ({type(exc).__name__}: {exc})") from None
     names = pf.schema_arrow.names
