@@ -114,15 +114,16 @@ class UpcycleResult:
 
 # ================================================================================================ loading
 def load_source(source, revision: str | None = None, gguf_file: str | None = None, depth: int | None = None):
-    """``(model fp32 eval, tokenizer or None, SourceInfo)`` for a model object, a local folder or a Hub id. A
-    requested ``depth`` below the source's is refused before any weights load (after, for a GGUF file)."""
+    """``(model fp32 eval, tokenizer or None, SourceInfo)`` for a model object, a local folder or a Hub id. For a
+    folder or Hub id, a requested ``depth`` below the source's is refused from its config, before any weights load
+    (a GGUF file's depth is known only once it is parsed, and a model object loads nothing: :func:`upcycle` checks
+    those)."""
     import torch
     from transformers import AutoModelForCausalLM, PreTrainedModel
 
     gguf_facts = None  # (revision, license) read from a local GGUF file
     if isinstance(source, PreTrainedModel):
         model = source
-        growth_to(depth, source.config.num_hidden_layers)
         name = getattr(source.config, "_name_or_path", "") or type(source).__name__
         folder = name if os.path.isdir(name) else None
         tokenizer = None
